@@ -1,0 +1,48 @@
+/* phasectl.h: the phasectl command table and shared helpers. */
+#ifndef PHASECTL_H
+#define PHASECTL_H
+
+#include <stdio.h>
+
+#include <phased/client.h>
+
+/* Exit statuses. */
+#define CTL_OK		0	/* success */
+#define CTL_EDAEMON	1	/* the daemon answered with an error */
+#define CTL_EUSAGE	2	/* usage or connection error */
+
+struct ctl {
+	const char		*socket;	/* -s, or NULL for the default */
+	int			 json;		/* --json */
+	struct phased_conn	*conn;		/* opened on first use */
+};
+
+struct ctl_cmd {
+	const char	*words[3];	/* e.g. { "policy", "set" } */
+	const char	*args;		/* usage text after the words */
+	int		 (*exec)(struct ctl *, int argc, char **argv);
+};
+
+/* cmd_daemon.c */
+extern const struct ctl_cmd ctl_status_cmd, ctl_reload_cmd, ctl_shutdown_cmd;
+
+/* Connect and say hello on first use; exits with CTL_EUSAGE on failure. */
+struct phased_conn *ctl_conn(struct ctl *);
+/* Send req and wait for its reply; exits with CTL_EUSAGE on I/O failure. */
+Phased__Response *ctl_call(struct ctl *, Phased__Request *);
+/*
+ * If r is an error, print it (JSON with --json) and return CTL_EDAEMON;
+ * otherwise return -1 so the caller goes on.
+ */
+int	ctl_check_error(struct ctl *, Phased__Response *);
+/* Print an error to stderr as "phasectl: ..." and return status. */
+int	ctl_fail(int status, const char *, ...)
+	    __attribute__((format(printf, 2, 3)));
+/* Print "ok" (or a JSON object) for an Ok reply. */
+int	ctl_print_ok(struct ctl *, Phased__Response *);
+
+/* json.c: JSON output helpers. */
+void	json_str(FILE *, const char *);
+void	json_strn(FILE *, const char *, size_t);
+
+#endif

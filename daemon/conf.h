@@ -1,0 +1,49 @@
+/* conf.h: phased.conf(5), parsed into struct phased_config. */
+#ifndef PHASED_CONF_H
+#define PHASED_CONF_H
+
+#include <sys/types.h>
+
+#include <stdint.h>
+
+struct config_model {
+	char	 *name;
+	char	 *path;
+	char	**options;	/* key=value, as for phasectl load */
+	int	  n_options;
+	int	  line;
+};
+
+struct phased_config {
+	char		*path;		/* the file it came from, or NULL */
+	char		*socket;
+	char		*socket_group;	/* NULL: the daemon's group */
+	gid_t		 socket_gid;
+	int		 has_socket_gid;
+	char		*admin_group;	/* NULL: none */
+	gid_t		 admin_gid;
+	int		 has_admin_gid;
+	char		*plugin_dir;
+	char		*pidfile;
+	uint32_t	 max_connections;
+	uint32_t	 max_frame;
+	uint32_t	 max_requests;	/* in flight per connection */
+	uint64_t	 max_output;	/* queued reply bytes per connection */
+	uint32_t	 max_waiting;	/* waiting queue per model */
+	int		 threads;	/* default threads per model, 0 = cores */
+	char		*default_policy;
+	struct config_model *models;
+	int		 n_models;
+};
+
+/* Fill a configuration with the built-in defaults. */
+void	 config_defaults(struct phased_config *);
+/* Parse a file on top of the defaults; -1 with "FILE:LINE: ..." in *cause. */
+int	 config_load(const char *path, struct phased_config *, char **cause);
+/* Parse configuration text (for tests and -n). */
+int	 config_parse(const char *name, const char *text, struct phased_config *,
+	    char **cause);
+/* Free everything a configuration holds. */
+void	 config_free(struct phased_config *);
+
+#endif

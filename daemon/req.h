@@ -1,0 +1,28 @@
+/* req.h: the request table; one file per request family. */
+#ifndef PHASED_REQ_H
+#define PHASED_REQ_H
+
+#include <phased/phased.pb-c.h>
+
+struct conn;
+
+struct req_entry {
+	const char			*name;
+	Phased__Request__BodyCase	 body;
+	int				 admin;	/* needs an admin peer */
+	void				(*exec)(struct conn *, Phased__Request *);
+};
+
+/* req_daemon.c */
+extern const struct req_entry req_hello_entry;
+extern const struct req_entry req_cancel_entry;
+extern const struct req_entry req_status_entry;
+extern const struct req_entry req_reload_entry;
+extern const struct req_entry req_shutdown_entry;
+
+/* Find the entry for a request body, or NULL. */
+const struct req_entry *req_lookup(Phased__Request__BodyCase);
+/* Check permission and run a decoded request. */
+void	req_dispatch(struct conn *, Phased__Request *);
+
+#endif

@@ -1,0 +1,277 @@
+"""phasedtest: helpers for the integration tests (TAP output, a daemon on a
+temporary socket, raw frames and a minimal protobuf codec)."""
+
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = os.environ.get("top_builddir", os.getcwd())
+SRC = os.environ.get("top_srcdir", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED = os.environ.get("PHASED_SHARED", os.path.join(SRC, "..", "shared"))
+PHASED = os.path.join(BUILD, "phased")
+PHASECTL = os.path.join(BUILD, "phasectl")
+
+_n = 0
+_failed = 0
+
+
+def ok(cond, desc, detail=None):
+    """Report one TAP assertion."""
+    global _n, _failed
+    _n += 1
+    print("%sok %d - %s" % ("" if cond else "not ", _n, desc))
+    if not cond:
+        _failed += 1
+        if detail is not None:
+            for line in str(detail).splitlines():
+                print("#   " + line)
+    sys.stdout.flush()
+    return cond
+
+
+def diag(msg):
+    for line in str(msg).splitlines():
+        print("# " + line)
+    sys.stdout.flush()
+
+
+def skip_all(why):
+    print("1..0 # SKIP " + why)
+    sys.exit(0)
+
+
+def done():
+    print("1..%d" % _n)
+    sys.exit(1 if _failed else 0)
+
+
+# Minimal protobuf wire codec: enough to build requests and read replies.
+def varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field_varint(num, v):
+    return varint(num << 3) + varint(v)
+
+
+def field_bytes(num, data):
+    if isinstance(data, str):
+        data = data.encode()
+    return varint(num << 3 | 2) + varint(len(data)) + data
+
+
+def decode(buf):
+    """Decode one message into {field: [values]} (varints or bytes)."""
+    out = {}
+    i = 0
+    while i < len(buf):
+        key, i = _read_varint(buf, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _read_varint(buf, i)
+        elif wt == 2:
+            ln, i = _read_varint(buf, i)
+            v = buf[i:i + ln]
+            i += ln
+        elif wt == 1:
+            v = buf[i:i + 8]
+            i += 8
+        elif wt == 5:
+            v = buf[i:i + 4]
+            i += 4
+        else:
+            raise ValueError("bad wire type %d" % wt)
+        out.setdefault(num, []).append(v)
+    return out
+
+
+def _read_varint(buf, i):
+    v = 0
+    shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+# Request body field numbers (proto/phased.proto).
+HELLO, CANCEL, STATUS, RELOAD, SHUTDOWN = 2, 3, 10, 11, 12
+# Response body field numbers.
+R_ERROR, R_OK, R_NOTICE, R_HELLO, R_STATUS = 2, 3, 4, 5, 10
+
+
+def request(rid, body_field, body=b""):
+    return field_varint(1, rid) + field_bytes(body_field, body)
+
+
+def hello_body(version=1):
+    return field_varint(1, version)
+
+
+def frame(msg):
+    return struct.pack(">I", len(msg)) + msg
+
+
+class Client:
+    """A raw connection speaking frames."""
+
+    def __init__(self, path, timeout=10):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(timeout)
+        for _ in range(200):
+            try:
+                self.s.connect(path)
+                break
+            except BlockingIOError:
+                # the listen backlog is full: the daemon is accepting
+                time.sleep(0.01)
+        else:
+            self.s.connect(path)
+
+    def send_raw(self, data):
+        self.s.sendall(data)
+
+    def send(self, msg):
+        self.s.sendall(frame(msg))
+
+    def recv(self):
+        """One decoded response, or None on EOF."""
+        hdr = self._recv_exact(4)
+        if hdr is None:
+            return None
+        (ln,) = struct.unpack(">I", hdr)
+        body = self._recv_exact(ln)
+        if body is None:
+            return None
+        return decode(body)
+
+    def _recv_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            try:
+                chunk = self.s.recv(n - len(buf))
+            except (ConnectionResetError, socket.timeout):
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def call(self, rid, body_field, body=b""):
+        self.send(request(rid, body_field, body))
+        return self.recv()
+
+    def is_closed(self):
+        """Whether the daemon closed the connection (EOF within the timeout)."""
+        try:
+            while True:
+                if not self.s.recv(4096):
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self):
+        self.s.close()
+
+
+def error_of(resp):
+    """(code, message) of an error response, or None."""
+    if resp is None or R_ERROR not in resp:
+        return None
+    e = decode(resp[R_ERROR][0])
+    return e.get(1, [0])[0], e.get(2, [b""])[0].decode()
+
+
+class Daemon:
+    """A phased on a temporary socket, in the foreground."""
+
+    def __init__(self, conf="", args=(), dirmode=0o700):
+        self.dir = tempfile.mkdtemp(prefix="phased-test-")
+        os.chmod(self.dir, dirmode)
+        self.sock = os.path.join(self.dir, "phased.sock")
+        self.conf = os.path.join(self.dir, "phased.conf")
+        self.log = os.path.join(self.dir, "phased.log")
+        with open(self.conf, "w") as f:
+            f.write(conf)
+        self.args = list(args)
+        self.proc = None
+
+    def start(self, wait=True):
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [PHASED, "-d", "-v", "-f", self.conf, "-s", self.sock] + self.args,
+            stdout=self.logf, stderr=subprocess.STDOUT)
+        if wait:
+            for _ in range(600):
+                if os.path.exists(self.sock):
+                    try:
+                        c = Client(self.sock)
+                        c.close()
+                        return self
+                    except OSError:
+                        pass
+                if self.proc.poll() is not None:
+                    raise RuntimeError("phased exited: " + self.logtext())
+                time.sleep(0.05)
+            raise RuntimeError("phased did not start: " + self.logtext())
+        return self
+
+    def logtext(self):
+        with open(self.log, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def ctl(self, *args, user=None, input=None, timeout=120):
+        cmd = [PHASECTL, "-s", self.sock] + list(args)
+        if user is not None:
+            # The unprivileged peer: nobody, in the socket's group nogroup.
+            cmd = ["setpriv", "--reuid=" + user, "--regid=nogroup",
+                   "--clear-groups"] + cmd
+        p = subprocess.run(cmd, capture_output=True, timeout=timeout,
+                           input=input)
+        return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def rss_kb(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+        return self.proc.returncode
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
