@@ -12,6 +12,18 @@ static const struct ctl_cmd *const commands[] = {
 	&ctl_status_cmd,
 	&ctl_reload_cmd,
 	&ctl_shutdown_cmd,
+	&ctl_load_cmd,
+	&ctl_unload_cmd,
+	&ctl_models_cmd,
+	&ctl_generate_cmd,
+	&ctl_tokenize_cmd,
+	&ctl_policy_list_cmd,
+	&ctl_policy_show_cmd,
+	&ctl_policy_set_cmd,
+	&ctl_stats_cmd,
+	&ctl_metrics_cmd,
+	&ctl_top_cmd,
+	&ctl_trace_cmd,
 };
 #define N_COMMANDS	(sizeof commands / sizeof commands[0])
 

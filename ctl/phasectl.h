@@ -25,6 +25,18 @@ struct ctl_cmd {
 
 /* cmd_daemon.c */
 extern const struct ctl_cmd ctl_status_cmd, ctl_reload_cmd, ctl_shutdown_cmd;
+/* cmd_model.c */
+extern const struct ctl_cmd ctl_load_cmd, ctl_unload_cmd, ctl_models_cmd;
+/* cmd_generate.c */
+extern const struct ctl_cmd ctl_generate_cmd;
+/* cmd_policy.c */
+extern const struct ctl_cmd ctl_policy_list_cmd, ctl_policy_show_cmd,
+	    ctl_policy_set_cmd;
+/* cmd_stats.c */
+extern const struct ctl_cmd ctl_stats_cmd, ctl_metrics_cmd, ctl_top_cmd,
+	    ctl_trace_cmd;
+/* cmd_tokenize.c (offline) */
+extern const struct ctl_cmd ctl_tokenize_cmd;
 
 /* Connect and say hello on first use; exits with CTL_EUSAGE on failure. */
 struct phased_conn *ctl_conn(struct ctl *);

@@ -13,6 +13,7 @@
 
 static int log_foreground = 1;
 static int log_verbose;
+static const char *log_ident = "phased";
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Choose stderr or syslog and the verbosity. */
@@ -21,6 +22,7 @@ log_init(int foreground, int verbose, const char *ident)
 {
 	log_foreground = foreground;
 	log_verbose = verbose;
+	log_ident = ident;
 	if (!foreground)
 		openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
 	tzset();
@@ -54,7 +56,7 @@ vlog(int pri, int errnum, const char *fmt, va_list ap)
 		snprintf(msg + n, sizeof msg - n, ": %s", strerror(errnum));
 	if (log_foreground) {
 		pthread_mutex_lock(&log_lock);
-		fprintf(stderr, "phased: %s\n", msg);
+		fprintf(stderr, "%s: %s\n", log_ident, msg);
 		fflush(stderr);
 		pthread_mutex_unlock(&log_lock);
 	} else

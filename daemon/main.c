@@ -19,7 +19,8 @@
 #include "conn.h"
 #include "log.h"
 #include "phased.h"
-#include "registry.h"
+#include "instance.h"
+#include "mailbox.h"
 #include "util.h"
 
 /* Seconds the daemon waits for clients to read their last replies. */
@@ -231,7 +232,9 @@ main(int argc, char **argv)
 		    event_add(d.ev_signals[i], NULL) != 0)
 			fatalx("cannot watch signal %d", sigs[i]);
 	}
+	mailbox_init(d.base);
 	control_start(&d);
+	instance_load_configured();
 	log_info("phased %s listening on %s (pid %ld)", PACKAGE_VERSION,
 	    d.socket_path, (long)getpid());
 
@@ -239,7 +242,8 @@ main(int argc, char **argv)
 
 	while (!TAILQ_EMPTY(&d.conns))
 		conn_free(TAILQ_FIRST(&d.conns), "daemon exiting");
-	registry_shutdown();
+	instance_shutdown();
+	mailbox_free();
 	control_stop(&d);
 	if (d.pidfile != NULL)
 		unlink(d.pidfile);

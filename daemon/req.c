@@ -13,6 +13,16 @@ static const struct req_entry *const req_table[] = {
 	&req_status_entry,
 	&req_reload_entry,
 	&req_shutdown_entry,
+	&req_load_entry,
+	&req_unload_entry,
+	&req_models_entry,
+	&req_generate_entry,
+	&req_policy_list_entry,
+	&req_policy_show_entry,
+	&req_policy_set_entry,
+	&req_stats_entry,
+	&req_metrics_entry,
+	&req_trace_entry,
 };
 
 /* Find the entry for a request body, or NULL. */

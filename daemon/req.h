@@ -19,6 +19,20 @@ extern const struct req_entry req_cancel_entry;
 extern const struct req_entry req_status_entry;
 extern const struct req_entry req_reload_entry;
 extern const struct req_entry req_shutdown_entry;
+/* req_model.c */
+extern const struct req_entry req_load_entry;
+extern const struct req_entry req_unload_entry;
+extern const struct req_entry req_models_entry;
+/* req_generate.c */
+extern const struct req_entry req_generate_entry;
+/* req_policy.c */
+extern const struct req_entry req_policy_list_entry;
+extern const struct req_entry req_policy_show_entry;
+extern const struct req_entry req_policy_set_entry;
+/* req_stats.c */
+extern const struct req_entry req_stats_entry;
+extern const struct req_entry req_metrics_entry;
+extern const struct req_entry req_trace_entry;
 
 /* Find the entry for a request body, or NULL. */
 const struct req_entry *req_lookup(Phased__Request__BodyCase);

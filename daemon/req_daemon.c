@@ -10,7 +10,7 @@
 #include "conn.h"
 #include "log.h"
 #include "phased.h"
-#include "registry.h"
+#include "instance.h"
 #include "req.h"
 #include "util.h"
 
@@ -60,7 +60,7 @@ req_status(struct conn *c, Phased__Request *req)
 {
 	Phased__Response	 r = PHASED__RESPONSE__INIT;
 	Phased__StatusReply	 st = PHASED__STATUS_REPLY__INIT;
-	struct registry_infos	 infos;
+	struct inst_infos	 infos;
 
 	st.version = (char *)PACKAGE_VERSION;
 	st.uptime_ms = (now_ns() - phased->start_ns) / 1000000;
@@ -68,14 +68,14 @@ req_status(struct conn *c, Phased__Request *req)
 	st.connections = phased->n_conns;
 	st.socket = phased->socket_path;
 	st.config = phased->conf_path;
-	registry_infos(&infos);
+	instance_infos(&infos);
 	st.n_models = infos.n;
 	st.models = infos.ptrs;
 	r.id = req->id;
 	r.body_case = PHASED__RESPONSE__BODY_STATUS;
 	r.status = &st;
 	conn_send(c, &r);
-	registry_infos_free(&infos);
+	instance_infos_free(&infos);
 }
 
 /* Reload the configuration; a bad file leaves the old one in force. */

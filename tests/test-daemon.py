@@ -32,10 +32,11 @@ e = error_of(r)
 ok(e is not None and e[0] == 2 and "protocol version mismatch" in e[1],
    "a protocol version mismatch is a clear error", e)
 c.close()
-rc, out, err = d.ctl("st")
-ok(rc == 0 and "phased" in out, "unique prefix 'st' runs status")
+rc, out, err = d.ctl("statu")
+ok(rc == 0 and "phased" in out, "unique prefix 'statu' runs status")
 rc, out, err = d.ctl("s")
-ok(rc == 2 and "ambiguous" in err and "status" in err and "shutdown" in err,
+ok(rc == 2 and "ambiguous" in err and "status" in err and "shutdown" in err
+   and "stats" in err,
    "ambiguous prefix lists the candidates", err)
 rc, out, err = d.ctl("frobnicate")
 ok(rc == 2 and "unknown command 'frobnicate'" in err and "status" in err,

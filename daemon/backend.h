@@ -1,0 +1,62 @@
+/* backend.h: the interface a compute backend (cpu, cuda) implements. */
+#ifndef PHASED_BACKEND_H
+#define PHASED_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "model.h"
+
+/*
+ * The engine runs a model instance on a device group through these ops
+ * only.  A model is loaded once on the host (model_load: hyperparameters,
+ * tokenizer, mapped weights); a backend instance makes it runnable on its
+ * devices (the CPU instance owns a thread pool; a GPU instance would
+ * upload the weights).  KV pools belong to an instance and keep their
+ * block bookkeeping on the host (struct kv_pool / kv_seq_reserve /
+ * kv_seq_release work the same for every backend); only the storage and
+ * the data movement are the backend's.  Every op returns -1 (or NULL)
+ * with *cause on failure; ops marked optional may be NULL.
+ */
+struct backend_inst;
+
+struct backend_config {
+	const int	*devices;	/* cpu: CPU ids to pin to; gpu: ids */
+	int		 n_devices;
+	int		 n_threads;	/* cpu: threads; 0 = model opts, then all */
+};
+
+struct backend_ops {
+	const char	 *name;
+
+	/* Create an instance of a loaded model on a device group. */
+	struct backend_inst *(*create)(const struct model *,
+			    const struct backend_config *, char **cause);
+	/* Destroy an instance; its pools must have been freed. */
+	void		(*destroy)(struct backend_inst *);
+	/* Allocate a KV pool of n_blocks blocks in the instance's memory. */
+	struct kv_pool	*(*kv_pool_create)(struct backend_inst *, uint32_t n_blocks,
+			    char **cause);
+	/* Free a pool made by kv_pool_create. */
+	void		(*kv_pool_free)(struct backend_inst *, struct kv_pool *);
+	/* One forward pass over a ragged batch, as model_forward() defines. */
+	int		(*forward)(struct backend_inst *, struct kv_pool *,
+			    struct fwd_batch *, char **cause);
+	/*
+	 * Copy src_seq's KV into the empty dst_seq (kv_seq_copy's contract),
+	 * possibly between instances, e.g. from a prefill group to a decode
+	 * group.  Optional: without it such a move is not offered.
+	 */
+	int		(*kv_copy)(struct backend_inst *dst,
+			    struct kv_pool *dst_pool, struct kv_seq *dst_seq,
+			    struct backend_inst *src, const struct kv_pool *src_pool,
+			    const struct kv_seq *src_seq, char **cause);
+};
+
+extern const struct backend_ops backend_cpu_ops;
+
+/* The backend called name ("cpu"), or NULL when not built. */
+const struct backend_ops *backend_find(const char *name);
+
+#endif

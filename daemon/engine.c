@@ -1,0 +1,1096 @@
+/*
+ * engine.c: continuous batching for one model instance.
+ *
+ * Each device group runs its own loop thread.  An iteration: take the
+ * engine lock; retire cancelled and expired requests; build the read-only
+ * view; ask the policy for a plan (validated, with the built-in fcfs as the
+ * fallback); apply its preemptions and migrations; reserve KV for its
+ * entries and mark them busy; drop the lock; run one batched forward pass;
+ * take the lock again to sample, emit token events and retire finished
+ * requests.  Requests are owned by the engine, not the policy, so they
+ * survive a policy swap, which happens under the lock between iterations.
+ */
+#include "config.h"
+
+#include <sys/queue.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <phased/phased.pb-c.h>
+
+#include "backend.h"
+#include "engine.h"
+#include "kvcache.h"
+#include "log.h"
+#include "model.h"
+#include "policy.h"
+#include "tokenizer.h"
+#include "trace.h"
+#include "util.h"
+
+#define ENGINE_HIST		64	/* iteration stats kept for the view */
+#define ENGINE_TEXT_MAX		4096	/* text bytes one token may emit */
+#define ENGINE_IDLE_WAIT_MS	50	/* nap when a plan has nothing to run */
+
+struct ereq {
+	TAILQ_ENTRY(ereq)	 entry;
+	uint64_t		 id;
+	void			*owner;
+	int			 state;		/* enum phased_req_state */
+	int			 group;		/* -1: no KV anywhere */
+	int			 busy;		/* in a forward pass now */
+	int32_t			*tokens;	/* prompt, then output */
+	uint32_t		 n_tokens;
+	uint32_t		 cap;
+	uint32_t		 n_prompt;
+	uint32_t		 n_generated;
+	uint32_t		 prefill_target; /* tokens to have in KV before sampling */
+	uint32_t		 max_tokens;
+	struct kv_seq		 seq;
+	struct sampler		*sampler;
+	struct detok		 detok;
+	char			*stops[ENGINE_MAX_STOPS];
+	int			 n_stops;
+	size_t			 stop_max;	/* longest stop string */
+	char			*held;		/* text held back for stops */
+	size_t			 n_held;
+	uint64_t		 deadline_ns;
+	int			 cancel;
+	char			*cancel_why;
+	struct req_timing	 timing;
+	double			 tbt_last_ms;
+	double			 tbt_ewma_ms;
+	int			 announced;	/* policy told of its arrival */
+};
+TAILQ_HEAD(ereq_list, ereq);
+
+struct egroup {
+	struct engine		*e;
+	int			 index;
+	int			 role;
+	char			 devices[64];
+	pthread_t		 thread;
+	int			 started;
+	struct backend_inst	*bi;
+	struct kv_pool		*pool;
+	uint64_t		 iteration;
+	struct phased_iter_stat	 hist[ENGINE_HIST];
+	uint32_t		 n_hist;
+	/* Per-iteration scratch, sized for the engine's limits. */
+	struct phased_request	*vreqs;
+	struct phased_plan_entry *pentries;
+	uint64_t		*ppreempt;
+	struct phased_migration	*pmigr;
+	struct fwd_entry	*fentries;
+	struct ereq		**freqs;
+	float			*logits;
+	uint64_t		*gaps;
+	size_t			 vcap;
+};
+
+struct engine {
+	pthread_mutex_t		 mu;
+	pthread_cond_t		 cv;
+	struct model		*model;
+	const struct backend_ops *ops;
+	struct engine_config	 conf;
+	char			*name;
+	struct egroup		 groups[ENGINE_MAX_GROUPS];
+	int			 n_groups;
+	struct phased_group	 vgroups[ENGINE_MAX_GROUPS];
+	struct ereq_list	 reqs;		/* arrival order */
+	uint32_t		 n_reqs;
+	uint32_t		 n_waiting;
+	uint64_t		 next_id;
+	int			 stopping;
+	char			*stop_why;
+	struct policy_slot	 policy;
+	engine_emit_fn		 emit;
+	void			*emit_arg;
+	uint32_t		 n_vocab;
+	struct inst_metrics	 metrics;
+	struct trace		 trace;
+	int			 eos_is_eog;
+};
+
+/* Lock the engine. */
+static void
+elock(struct engine *e)
+{
+	if (pthread_mutex_lock(&e->mu) != 0)
+		fatalx("engine lock");
+}
+
+/* Unlock the engine. */
+static void
+eunlock(struct engine *e)
+{
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Fill the view record of a request. */
+static void
+view_request(const struct ereq *r, struct phased_request *v)
+{
+	memset(v, 0, sizeof *v);
+	v->id = r->id;
+	v->state = (uint32_t)r->state;
+	v->group = r->group < 0 ? PHASED_GROUP_NONE : (uint32_t)r->group;
+	v->arrival_ns = r->timing.arrival;
+	v->prompt_tokens = r->prefill_target;
+	v->computed_tokens = r->state == PHASED_REQ_DECODING ?
+	    r->prefill_target : r->seq.n_tokens;
+	v->generated_tokens = r->n_generated;
+	v->max_tokens = r->max_tokens;
+	v->kv_tokens = r->seq.n_tokens;
+	v->kv_blocks = r->seq.n_blocks;
+	v->tbt_last_ms = r->tbt_last_ms;
+	v->tbt_ewma_ms = r->tbt_ewma_ms;
+}
+
+/* Emit an event to the control thread. */
+static void
+emit(struct engine *e, struct engine_event *ev)
+{
+	e->emit(e->emit_arg, ev);
+}
+
+/* Free a request's memory (its KV must be released already). */
+static void
+ereq_free(struct ereq *r)
+{
+	int	i;
+
+	free(r->tokens);
+	if (r->sampler != NULL)
+		sampler_free(r->sampler);
+	for (i = 0; i < r->n_stops; i++)
+		free(r->stops[i]);
+	free(r->held);
+	free(r->cancel_why);
+	req_timing_free(&r->timing);
+	free(r);
+}
+
+/* Give a request's KV back to the pool of its group. */
+static void
+release_kv(struct engine *e, struct ereq *r)
+{
+	if (r->group >= 0)
+		kv_seq_release(e->groups[r->group].pool, &r->seq);
+	r->group = -1;
+}
+
+/* Finish a request: free its KV, emit DONE, forget it.  Lock held. */
+static void
+finish(struct engine *e, struct ereq *r, enum finish_reason reason,
+    const char *error)
+{
+	struct engine_event	 ev;
+	struct phased_request	 vr;
+	uint64_t		 now = now_ns();
+
+	if (r->state == PHASED_REQ_WAITING)
+		e->n_waiting--;
+	release_kv(e, r);
+	r->state = PHASED_REQ_FINISHED;
+	if (r->announced) {
+		view_request(r, &vr);
+		policy_slot_finish(&e->policy, &vr);
+	}
+	req_timing_finish(&r->timing, now);
+	inst_metrics_finished(&e->metrics, &r->timing, reason);
+	memset(&ev, 0, sizeof ev);
+	ev.type = EV_DONE;
+	ev.owner = r->owner;
+	ev.reason = reason;
+	ev.t_ns = now - r->timing.arrival;
+	if (error != NULL)
+		ev.error = xstrdup(error);
+	req_timing_summary(&r->timing, &ev.summary);
+	emit(e, &ev);
+	TAILQ_REMOVE(&e->reqs, r, entry);
+	e->n_reqs--;
+	ereq_free(r);
+}
+
+/* Put a running request back in the queue; its tokens are recomputed. */
+static void
+preempt(struct engine *e, struct ereq *r)
+{
+	log_debug("%s: preempting request %llu (%u tokens)", e->name,
+	    (unsigned long long)r->id, r->n_tokens);
+	release_kv(e, r);
+	r->state = PHASED_REQ_WAITING;
+	r->prefill_target = r->n_tokens;
+	e->n_waiting++;
+	req_timing_preempt(&r->timing);
+	inst_metrics_count(&e->metrics, CNT_PREEMPTIONS, 1);
+}
+
+/* Find a request by id.  Lock held. */
+static struct ereq *
+find_req(struct engine *e, uint64_t id)
+{
+	struct ereq	*r;
+
+	TAILQ_FOREACH(r, &e->reqs, entry)
+		if (r->id == id)
+			return (r);
+	return (NULL);
+}
+
+/* Retire cancelled and expired requests that are not being computed. */
+static void
+reap(struct engine *e, uint64_t now)
+{
+	struct ereq	*r, *next;
+
+	for (r = TAILQ_FIRST(&e->reqs); r != NULL; r = next) {
+		next = TAILQ_NEXT(r, entry);
+		if (r->busy)
+			continue;
+		if (e->stopping)
+			finish(e, r, FINISH_CANCELLED, e->stop_why);
+		else if (r->cancel)
+			finish(e, r, FINISH_CANCELLED, r->cancel_why);
+		else if (r->deadline_ns != 0 && now >= r->deadline_ns)
+			finish(e, r, FINISH_ERROR, "deadline exceeded");
+	}
+}
+
+/* Whether group g could have work now.  Lock held. */
+static int
+group_has_work(struct engine *e, struct egroup *g)
+{
+	struct ereq	*r;
+
+	TAILQ_FOREACH(r, &e->reqs, entry) {
+		if (r->busy)
+			continue;
+		if (r->group == g->index)
+			return (1);
+		if (r->state == PHASED_REQ_WAITING &&
+		    g->role != PHASED_ROLE_DECODE)
+			return (1);
+	}
+	return (0);
+}
+
+/* Build the view for group g into its scratch.  Lock held. */
+static void
+build_view(struct engine *e, struct egroup *g, struct phased_view *v)
+{
+	struct ereq	*r;
+	uint32_t	 n = 0;
+	int		 i;
+
+	for (i = 0; i < e->n_groups; i++) {
+		e->vgroups[i].free_blocks = kv_pool_free_blocks(e->groups[i].pool);
+		e->vgroups[i].total_blocks = e->groups[i].pool->n_blocks;
+	}
+	TAILQ_FOREACH(r, &e->reqs, entry) {
+		/* A request another loop is computing is not ours to plan. */
+		if (r->busy)
+			continue;
+		if (n == g->vcap)
+			break;
+		view_request(r, &g->vreqs[n++]);
+	}
+	memset(v, 0, sizeof *v);
+	v->group = (uint32_t)g->index;
+	v->n_groups = (uint32_t)e->n_groups;
+	v->groups = e->vgroups;
+	v->max_batch_tokens = e->conf.max_batch_tokens;
+	v->max_seqs = e->conf.max_seqs;
+	v->block_size = g->pool->layout.block_size;
+	v->n_reqs = n;
+	v->reqs = g->vreqs;
+	v->n_hist = g->n_hist;
+	v->hist = g->hist;
+	v->now_ns = now_ns();
+	v->iteration = g->iteration;
+}
+
+/* Move a request's KV from its group to group `to`.  Lock held. */
+static int
+migrate(struct engine *e, struct ereq *r, int to)
+{
+	struct egroup	*src = &e->groups[r->group], *dst = &e->groups[to];
+	struct kv_seq	 seq;
+	char		*cause = NULL;
+
+	memset(&seq, 0, sizeof seq);
+	if (e->ops->kv_copy == NULL || e->ops->kv_copy(dst->bi, dst->pool,
+	    &seq, src->bi, src->pool, &r->seq, &cause) != 0) {
+		log_debug("%s: migration of %llu to group %d deferred: %s",
+		    e->name, (unsigned long long)r->id, to,
+		    cause != NULL ? cause : "no kv transfer");
+		free(cause);
+		return (-1);
+	}
+	kv_seq_release(src->pool, &r->seq);
+	r->seq = seq;
+	r->group = to;
+	return (0);
+}
+
+/* Whether the held text ends with a prefix of a stop string; its length. */
+static size_t
+stop_partial(const struct ereq *r)
+{
+	size_t	k, len;
+	int	i;
+
+	for (k = r->n_held < r->stop_max ? r->n_held : r->stop_max - 1; k > 0;
+	    k--) {
+		for (i = 0; i < r->n_stops; i++) {
+			len = strlen(r->stops[i]);
+			if (k < len && memcmp(r->held + r->n_held - k,
+			    r->stops[i], k) == 0)
+				return (k);
+		}
+	}
+	return (0);
+}
+
+/*
+ * Add a sampled token's text and decide what can be emitted: text before
+ * a complete stop string ends the request; a tail that may begin a stop
+ * string is held back.  Returns 1 when a stop string matched.
+ */
+static int
+take_text(struct ereq *r, const char *text, size_t len, int final,
+    struct engine_event *ev)
+{
+	char	*hit = NULL, *p;
+	size_t	 keep, at;
+	int	 i;
+
+	r->held = xreallocarray(r->held, r->n_held + len + 1, 1);
+	memcpy(r->held + r->n_held, text, len);
+	r->n_held += len;
+	r->held[r->n_held] = '\0';
+	for (i = 0; i < r->n_stops; i++) {
+		p = memmem(r->held, r->n_held, r->stops[i], strlen(r->stops[i]));
+		if (p != NULL && (hit == NULL || p < hit))
+			hit = p;
+	}
+	if (hit != NULL) {
+		at = (size_t)(hit - r->held);
+		ev->text = xstrndup(r->held, at);
+		ev->len = at;
+		r->n_held = 0;
+		return (1);
+	}
+	keep = final ? 0 : stop_partial(r);
+	ev->len = r->n_held - keep;
+	ev->text = xstrndup(r->held, ev->len);
+	memmove(r->held, r->held + ev->len, keep);
+	r->n_held = keep;
+	return (0);
+}
+
+/*
+ * Sample the next token of a request from its logits, emit it, and finish
+ * the request if it is done.  Lock held.  Returns the TBT gap in ns (0 for
+ * a first token).
+ */
+static uint64_t
+sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
+{
+	struct tokenizer	*tok = model_tokenizer(e->model);
+	struct engine_event	 ev;
+	char			 buf[ENGINE_TEXT_MAX], tail[64];
+	size_t			 len, tl;
+	int32_t			 id;
+	uint64_t		 gap;
+	int			 first, stopped = 0, eog, done;
+	enum finish_reason	 reason = FINISH_LENGTH;
+
+	id = sampler_sample(r->sampler, logits, r->tokens, r->n_tokens);
+	first = r->timing.first_token == 0;
+	gap = req_timing_token(&r->timing, now);
+	if (first)
+		inst_metrics_first_token(&e->metrics, &r->timing);
+	else {
+		r->tbt_last_ms = gap / 1e6;
+		r->tbt_ewma_ms = r->tbt_ewma_ms == 0 ? r->tbt_last_ms :
+		    r->tbt_ewma_ms + (r->tbt_last_ms - r->tbt_ewma_ms) / 8;
+	}
+	if (r->n_tokens == r->cap) {
+		r->cap = r->cap * 2;
+		r->tokens = xreallocarray(r->tokens, r->cap, sizeof *r->tokens);
+	}
+	r->tokens[r->n_tokens++] = id;
+	r->n_generated++;
+
+	eog = tokenizer_is_eog(tok, id);
+	done = eog || r->n_generated >= r->max_tokens ||
+	    r->n_tokens >= e->conf.ctx;
+	len = eog ? 0 : detok_push(&r->detok, id, buf, sizeof buf);
+	if (done) {
+		tl = detok_flush(&r->detok, tail, sizeof tail);
+		if (len + tl <= sizeof buf) {
+			memcpy(buf + len, tail, tl);
+			len += tl;
+		}
+	}
+	memset(&ev, 0, sizeof ev);
+	ev.type = EV_TOKEN;
+	ev.owner = r->owner;
+	ev.token = id;
+	ev.t_ns = now - r->timing.arrival;
+	if (r->n_stops > 0)
+		stopped = take_text(r, buf, len, done, &ev);
+	else {
+		ev.text = xstrndup(buf, len);
+		ev.len = len;
+	}
+	emit(e, &ev);
+	if (stopped)
+		reason = FINISH_STOP;
+	else if (eog)
+		reason = FINISH_EOS;
+	if (stopped || done)
+		finish(e, r, reason, NULL);
+	return (first ? 0 : gap);
+}
+
+/* Admit the plan's entries into a batch; returns the number of entries. */
+static int
+build_batch(struct engine *e, struct egroup *g, struct phased_plan *p,
+    uint64_t now, uint32_t *prefill, uint32_t *decode)
+{
+	struct ereq	*r;
+	uint32_t	 i, n;
+	int		 nb = 0;
+
+	*prefill = *decode = 0;
+	for (i = 0; i < p->n_entries; i++) {
+		r = find_req(e, p->entries[i].id);
+		n = p->entries[i].n_tokens;
+		/* The validator checked the plan; these guard the engine. */
+		if (r == NULL || r->busy || n == 0 ||
+		    r->state == PHASED_REQ_FINISHED ||
+		    (r->group >= 0 && r->group != g->index) ||
+		    (r->group < 0 && g->role == PHASED_ROLE_DECODE) ||
+		    r->seq.n_tokens + n > r->n_tokens)
+			continue;
+		if (r->group < 0) {
+			memset(&r->seq, 0, sizeof r->seq);
+			r->group = g->index;
+		}
+		if (kv_seq_reserve(g->pool, &r->seq, n) != 0) {
+			if (r->seq.n_blocks == 0)
+				r->group = -1;
+			continue;
+		}
+		if (r->state == PHASED_REQ_WAITING) {
+			e->n_waiting--;
+			r->state = PHASED_REQ_PREFILLING;
+			req_timing_admit(&r->timing, now);
+		}
+		r->busy = 1;
+		g->freqs[nb] = r;
+		g->fentries[nb].seq = &r->seq;
+		g->fentries[nb].tokens = r->tokens + r->seq.n_tokens;
+		g->fentries[nb].n_tokens = (int)n;
+		g->fentries[nb].logits = r->seq.n_tokens + n == r->n_tokens ?
+		    g->logits + (size_t)nb * e->n_vocab : NULL;
+		if (r->state == PHASED_REQ_DECODING)
+			*decode += n;
+		else
+			*prefill += n;
+		nb++;
+	}
+	return (nb);
+}
+
+/* Apply a plan's preemptions and migrations; returns how many.  Lock held. */
+static int
+apply_moves(struct engine *e, struct egroup *g, struct phased_plan *p)
+{
+	struct ereq	*r;
+	uint32_t	 i;
+	int		 moved = 0;
+
+	for (i = 0; i < p->n_preempt; i++) {
+		r = find_req(e, p->preempt[i]);
+		if (r != NULL && !r->busy && r->group == g->index) {
+			preempt(e, r);
+			moved++;
+		}
+	}
+	for (i = 0; i < p->n_migrations; i++) {
+		r = find_req(e, p->migrations[i].id);
+		if (r == NULL || r->busy || r->group != g->index ||
+		    r->state != PHASED_REQ_DECODING ||
+		    p->migrations[i].to >= (uint32_t)e->n_groups ||
+		    (int)p->migrations[i].to == g->index)
+			continue;
+		if (migrate(e, r, (int)p->migrations[i].to) == 0) {
+			pthread_cond_broadcast(&e->cv);
+			moved++;
+		}
+	}
+	return (moved);
+}
+
+/*
+ * Nothing could be planned although requests are running here: the pool
+ * is full.  Preempt the newest running request of this group so the older
+ * ones can go on (it is recomputed later, with identical output).
+ */
+static int
+relieve_pressure(struct engine *e, struct egroup *g)
+{
+	struct ereq	*r, *victim = NULL;
+	int		 running = 0;
+
+	TAILQ_FOREACH(r, &e->reqs, entry) {
+		if (r->group != g->index || r->busy)
+			continue;
+		running++;
+		victim = r;
+	}
+	if (victim == NULL)
+		return (0);
+	if (running == 1 && g->role != PHASED_ROLE_PREFILL) {
+		/* Alone and still out of room: it can never finish here. */
+		if (kv_pool_free_blocks(g->pool) == 0 &&
+		    kv_pool_used_blocks(g->pool) == victim->seq.n_blocks) {
+			finish(e, victim, FINISH_LENGTH, NULL);
+			return (1);
+		}
+		return (0);
+	}
+	preempt(e, victim);
+	return (1);
+}
+
+/* Refuse waiting requests that could never fit this group's pool. */
+static void
+refuse_oversized(struct engine *e, struct egroup *g)
+{
+	struct ereq	*r, *next;
+	char		 msg[160];
+
+	if (g->role == PHASED_ROLE_DECODE)
+		return;
+	for (r = TAILQ_FIRST(&e->reqs); r != NULL; r = next) {
+		next = TAILQ_NEXT(r, entry);
+		if (r->state != PHASED_REQ_WAITING || r->busy)
+			continue;
+		if (kv_pool_blocks_for(g->pool, r->n_tokens + 1) >
+		    g->pool->n_blocks) {
+			snprintf(msg, sizeof msg, "request needs %u KV blocks, "
+			    "more than the pool's %u", kv_pool_blocks_for(
+			    g->pool, r->n_tokens + 1), g->pool->n_blocks);
+			finish(e, r, FINISH_ERROR, msg);
+		}
+	}
+}
+
+/* Wait on the engine's condition for at most ms milliseconds. */
+static void
+wait_ms(struct engine *e, int ms)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)ms * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+}
+
+/* Tell the policy of requests it has not seen yet.  Lock held. */
+static void
+announce(struct engine *e)
+{
+	struct phased_request	 vr;
+	struct ereq		*r;
+
+	TAILQ_FOREACH(r, &e->reqs, entry) {
+		if (r->announced)
+			continue;
+		r->announced = 1;
+		view_request(r, &vr);
+		policy_slot_arrival(&e->policy, &vr);
+	}
+}
+
+/* Record an iteration in the group's history, the metrics and the trace. */
+static void
+record_iteration(struct engine *e, struct egroup *g, uint64_t start,
+    uint64_t end, uint32_t prefill, uint32_t decode, int nseqs, int nout,
+    size_t ngaps)
+{
+	struct phased_iter_stat	*h;
+	struct iter_sample	 s;
+	struct trace_iter	 ti;
+
+	if (g->n_hist == ENGINE_HIST) {
+		memmove(g->hist, g->hist + 1, (ENGINE_HIST - 1) * sizeof *g->hist);
+		g->n_hist--;
+	}
+	h = &g->hist[g->n_hist++];
+	memset(h, 0, sizeof *h);
+	h->duration_ns = end - start;
+	h->prefill_tokens = prefill;
+	h->decode_tokens = decode;
+	h->n_seqs = (uint32_t)nseqs;
+	memset(&s, 0, sizeof s);
+	s.start = start;
+	s.end = end;
+	s.prefill_tokens = prefill;
+	s.decode_tokens = decode;
+	s.nseqs = (uint32_t)nseqs;
+	s.out_tokens = (uint32_t)nout;
+	inst_metrics_iteration(&e->metrics, &s, g->gaps, ngaps);
+	if (trace_active(&e->trace)) {
+		memset(&ti, 0, sizeof ti);
+		ti.start = start;
+		ti.dur = end - start;
+		ti.prefill_tokens = prefill;
+		ti.decode_tokens = decode;
+		ti.nreqs = (uint32_t)nseqs;
+		ti.group = g->index;
+		snprintf(ti.policy, sizeof ti.policy, "%s",
+		    policy_slot_name(&e->policy));
+		trace_append(&e->trace, &ti);
+	}
+}
+
+/* Update the gauges of the metrics.  Lock held. */
+static void
+update_gauges(struct engine *e)
+{
+	uint64_t	used = 0, freeb = 0;
+	int		i;
+
+	for (i = 0; i < e->n_groups; i++) {
+		used += kv_pool_used_blocks(e->groups[i].pool);
+		freeb += kv_pool_free_blocks(e->groups[i].pool);
+	}
+	inst_metrics_gauges(&e->metrics, used, freeb, e->n_reqs - e->n_waiting,
+	    e->n_waiting);
+}
+
+/* One device group's loop. */
+static void *
+group_main(void *arg)
+{
+	struct egroup		*g = arg;
+	struct engine		*e = g->e;
+	struct phased_view	 v;
+	struct phased_plan	 p;
+	struct fwd_batch	 batch;
+	uint64_t		 start, end;
+	uint32_t		 prefill, decode;
+	int			 nb, i, nout, moved;
+	size_t			 ngaps;
+	char			*cause = NULL;
+
+	memset(&p, 0, sizeof p);
+	p.entries = g->pentries;
+	p.preempt = g->ppreempt;
+	p.migrations = g->pmigr;
+	p.cap_entries = p.cap_preempt = p.cap_migrations = (uint32_t)g->vcap;
+
+	elock(e);
+	for (;;) {
+		reap(e, now_ns());
+		if (e->stopping && e->n_reqs == 0)
+			break;
+		update_gauges(e);
+		if (!group_has_work(e, g)) {
+			wait_ms(e, 1000);
+			continue;
+		}
+		refuse_oversized(e, g);
+		announce(e);
+		build_view(e, g, &v);
+		policy_slot_schedule(&e->policy, &v, &p);
+		moved = apply_moves(e, g, &p);
+		start = now_ns();
+		nb = build_batch(e, g, &p, start, &prefill, &decode);
+		if (nb == 0) {
+			if (moved == 0 && !relieve_pressure(e, g))
+				wait_ms(e, ENGINE_IDLE_WAIT_MS);
+			continue;
+		}
+		eunlock(e);
+
+		batch.entries = g->fentries;
+		batch.n_seqs = nb;
+		if (e->ops->forward(g->bi, g->pool, &batch, &cause) != 0) {
+			elock(e);
+			log_warnx("%s: forward pass failed: %s", e->name, cause);
+			for (i = 0; i < nb; i++) {
+				g->freqs[i]->busy = 0;
+				finish(e, g->freqs[i], FINISH_ERROR, cause);
+			}
+			free(cause);
+			cause = NULL;
+			continue;
+		}
+
+		elock(e);
+		end = now_ns();
+		nout = 0;
+		ngaps = 0;
+		for (i = 0; i < nb; i++) {
+			struct ereq *r = g->freqs[i];
+
+			r->busy = 0;
+			if (r->state == PHASED_REQ_PREFILLING)
+				req_timing_chunk(&r->timing, start, end,
+				    (uint32_t)g->fentries[i].n_tokens);
+			if (g->fentries[i].logits == NULL)
+				continue;
+			r->state = PHASED_REQ_DECODING;
+			r->prefill_target = r->n_tokens;
+			nout++;
+			if (r->cancel) {
+				finish(e, r, FINISH_CANCELLED, r->cancel_why);
+				continue;
+			}
+			if ((g->gaps[ngaps] = sample_and_emit(e, r,
+			    g->fentries[i].logits, end)) != 0)
+				ngaps++;
+		}
+		g->iteration++;
+		record_iteration(e, g, start, now_ns(), prefill, decode, nb,
+		    nout, ngaps);
+		/* Other loops may wait for blocks or requests we freed. */
+		pthread_cond_broadcast(&e->cv);
+	}
+	update_gauges(e);
+	pthread_cond_broadcast(&e->cv);
+	eunlock(e);
+	return (NULL);
+}
+
+/* Parse nothing: the config was checked by the caller; set up a group. */
+static int
+group_setup(struct engine *e, int i, char **cause)
+{
+	struct egroup		*g = &e->groups[i];
+	struct engine_group_spec *gs = &e->conf.groups[i];
+	struct backend_config	 bc;
+	size_t			 cap;
+
+	g->e = e;
+	g->index = i;
+	g->role = gs->role;
+	snprintf(g->devices, sizeof g->devices, "%s", gs->devices);
+	memset(&bc, 0, sizeof bc);
+	bc.devices = gs->n_cpus > 0 ? gs->cpus : NULL;
+	bc.n_devices = gs->n_cpus;
+	bc.n_threads = gs->n_threads;
+	if ((g->bi = e->ops->create(e->model, &bc, cause)) == NULL)
+		return (-1);
+	if ((g->pool = e->ops->kv_pool_create(g->bi, e->conf.kv_blocks,
+	    cause)) == NULL)
+		return (-1);
+	cap = (size_t)e->conf.max_waiting + e->conf.max_seqs * 2 + 16;
+	g->vcap = cap;
+	g->vreqs = xcalloc(cap, sizeof *g->vreqs);
+	g->pentries = xcalloc(cap, sizeof *g->pentries);
+	g->ppreempt = xcalloc(cap, sizeof *g->ppreempt);
+	g->pmigr = xcalloc(cap, sizeof *g->pmigr);
+	g->fentries = xcalloc(cap, sizeof *g->fentries);
+	g->freqs = xcalloc(cap, sizeof *g->freqs);
+	g->gaps = xcalloc(cap, sizeof *g->gaps);
+	g->logits = xcalloc((size_t)e->conf.max_seqs * e->n_vocab,
+	    sizeof *g->logits);
+	e->vgroups[i].role = (uint32_t)gs->role;
+	e->vgroups[i].n_devices = gs->n_cpus > 0 ? (uint32_t)gs->n_cpus : 1;
+	return (0);
+}
+
+/* Free a group's resources (its thread has exited). */
+static void
+group_teardown(struct engine *e, struct egroup *g)
+{
+	if (g->pool != NULL)
+		e->ops->kv_pool_free(g->bi, g->pool);
+	if (g->bi != NULL)
+		e->ops->destroy(g->bi);
+	free(g->vreqs);
+	free(g->pentries);
+	free(g->ppreempt);
+	free(g->pmigr);
+	free(g->fentries);
+	free(g->freqs);
+	free(g->gaps);
+	free(g->logits);
+}
+
+/* Create an engine for a loaded model and start its group loops. */
+struct engine *
+engine_create(struct model *m, const struct engine_config *conf,
+    engine_emit_fn emitfn, void *emit_arg, char **cause)
+{
+	struct engine			*e;
+	struct inst_metrics_config	 mc;
+	int				 i;
+
+	e = xcalloc(1, sizeof *e);
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	e->model = m;
+	e->conf = *conf;
+	e->name = xstrdup(conf->name);
+	e->conf.name = e->name;
+	e->emit = emitfn;
+	e->emit_arg = emit_arg;
+	e->n_vocab = model_info(m)->n_vocab;
+	e->next_id = 1;
+	TAILQ_INIT(&e->reqs);
+	policy_slot_init(&e->policy);
+	memset(&mc, 0, sizeof mc);
+	inst_metrics_init(&e->metrics, e->name, now_ns(), &mc);
+	if (trace_init(&e->trace, 1U << 16, cause) != 0)
+		goto fail;
+	if ((e->ops = backend_find("cpu")) == NULL) {
+		set_cause(cause, "no cpu backend");
+		goto fail;
+	}
+	if (e->conf.max_seqs > e->conf.max_batch_tokens)
+		e->conf.max_seqs = e->conf.max_batch_tokens;
+	e->n_groups = conf->n_groups;
+	for (i = 0; i < e->n_groups; i++)
+		if (group_setup(e, i, cause) != 0)
+			goto fail;
+	for (i = 0; i < e->n_groups; i++) {
+		if (pthread_create(&e->groups[i].thread, NULL, group_main,
+		    &e->groups[i]) != 0) {
+			set_cause(cause, "cannot start engine thread: %s",
+			    strerror(errno));
+			goto fail;
+		}
+		e->groups[i].started = 1;
+	}
+	return (e);
+fail:
+	engine_destroy(e, "engine failed to start");
+	return (NULL);
+}
+
+/* Stop every loop, finishing what is left as cancelled, and free. */
+void
+engine_destroy(struct engine *e, const char *why)
+{
+	int	i;
+
+	elock(e);
+	e->stopping = 1;
+	e->stop_why = xstrdup(why);
+	pthread_cond_broadcast(&e->cv);
+	eunlock(e);
+	for (i = 0; i < e->n_groups; i++)
+		if (e->groups[i].started)
+			pthread_join(e->groups[i].thread, NULL);
+	/* Loops that never started leave their requests to us. */
+	elock(e);
+	reap(e, now_ns());
+	eunlock(e);
+	for (i = 0; i < ENGINE_MAX_GROUPS; i++)
+		group_teardown(e, &e->groups[i]);
+	policy_slot_free(&e->policy);
+	inst_metrics_free(&e->metrics);
+	trace_free(&e->trace);
+	pthread_cond_destroy(&e->cv);
+	pthread_mutex_destroy(&e->mu);
+	free(e->stop_why);
+	free(e->name);
+	free(e);
+}
+
+/* Queue a generation; returns its id, or 0 with *code and *cause. */
+uint64_t
+engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
+    int *code, char **cause)
+{
+	struct ereq	*r;
+	uint32_t	 i;
+	int		 j;
+	char		*why = NULL;
+
+	*code = PHASED__ERROR_CODE__ERR_INVALID;
+	if (gen->n_prompt == 0) {
+		set_cause(cause, "prompt is empty");
+		return (0);
+	}
+	for (i = 0; i < gen->n_prompt; i++) {
+		if (gen->prompt[i] < 0 || (uint32_t)gen->prompt[i] >= e->n_vocab) {
+			set_cause(cause, "prompt token %d at position %u is out "
+			    "of range 0..%u", gen->prompt[i], i, e->n_vocab - 1);
+			return (0);
+		}
+	}
+	if (gen->n_prompt >= e->conf.ctx) {
+		set_cause(cause, "prompt of %u tokens does not fit the context "
+		    "of %u (it needs room for at least one more token)",
+		    gen->n_prompt, e->conf.ctx);
+		return (0);
+	}
+	if (gen->max_tokens == 0) {
+		set_cause(cause, "max_tokens must be at least 1");
+		return (0);
+	}
+	if (sampler_params_check(&gen->sp, &why) != 0) {
+		set_cause(cause, "%s", why);
+		free(why);
+		return (0);
+	}
+	r = xcalloc(1, sizeof *r);
+	r->owner = owner;
+	r->state = PHASED_REQ_WAITING;
+	r->group = -1;
+	r->n_prompt = r->n_tokens = r->prefill_target = gen->n_prompt;
+	r->cap = gen->n_prompt + (gen->max_tokens < 4096 ? gen->max_tokens : 4096) + 1;
+	r->tokens = xreallocarray(NULL, r->cap, sizeof *r->tokens);
+	memcpy(r->tokens, gen->prompt, gen->n_prompt * sizeof *r->tokens);
+	r->max_tokens = gen->max_tokens;
+	r->sampler = sampler_create(&gen->sp, (int)e->n_vocab);
+	detok_init(&r->detok, model_tokenizer(e->model));
+	/* The output continues the prompt: keep the space of its first word. */
+	r->detok.strip_space = 0;
+	for (j = 0; j < gen->n_stops && j < ENGINE_MAX_STOPS; j++) {
+		r->stops[r->n_stops++] = xstrdup(gen->stops[j]);
+		if (strlen(gen->stops[j]) > r->stop_max)
+			r->stop_max = strlen(gen->stops[j]);
+	}
+	r->deadline_ns = gen->deadline_ns;
+	req_timing_init(&r->timing, gen->arrival_ns, gen->n_prompt);
+
+	elock(e);
+	if (e->stopping) {
+		eunlock(e);
+		ereq_free(r);
+		*code = PHASED__ERROR_CODE__ERR_SHUTTING_DOWN;
+		set_cause(cause, "model is being unloaded");
+		return (0);
+	}
+	if (e->n_waiting >= e->conf.max_waiting) {
+		eunlock(e);
+		ereq_free(r);
+		*code = PHASED__ERROR_CODE__ERR_OVERLOADED;
+		set_cause(cause, "overloaded: %u requests are waiting (limit "
+		    "%u)", e->conf.max_waiting, e->conf.max_waiting);
+		return (0);
+	}
+	r->id = e->next_id++;
+	TAILQ_INSERT_TAIL(&e->reqs, r, entry);
+	e->n_reqs++;
+	e->n_waiting++;
+	pthread_cond_broadcast(&e->cv);
+	eunlock(e);
+	return (r->id);
+}
+
+/* Ask for a request to stop; its EV_DONE says "cancelled". */
+void
+engine_cancel(struct engine *e, uint64_t id, const char *why)
+{
+	struct ereq	*r;
+
+	elock(e);
+	if ((r = find_req(e, id)) != NULL && !r->cancel) {
+		r->cancel = 1;
+		r->cancel_why = xstrdup(why);
+		pthread_cond_broadcast(&e->cv);
+	}
+	eunlock(e);
+}
+
+/* Swap the policy at an iteration boundary; on error the old one stays. */
+int
+engine_set_policy(struct engine *e, const char *plugindir, const char *name,
+    size_t argc, char *const *argv, char **cause)
+{
+	int	rc;
+
+	/* The loops plan under the lock: holding it is a pause barrier. */
+	elock(e);
+	rc = policy_slot_set(&e->policy, plugindir, name, argc, argv, cause);
+	if (rc == 0) {
+		struct ereq *r;
+
+		/* The new policy hears of every live request as it arrives. */
+		TAILQ_FOREACH(r, &e->reqs, entry)
+			r->announced = 0;
+		inst_metrics_count(&e->metrics, CNT_POLICY_SWAPS, 1);
+		pthread_cond_broadcast(&e->cv);
+	}
+	eunlock(e);
+	return (rc);
+}
+
+/* A copy of the policy's name, params and counters. */
+void
+engine_policy_info(struct engine *e, struct engine_policy_info *pi)
+{
+	elock(e);
+	memset(pi, 0, sizeof *pi);
+	snprintf(pi->name, sizeof pi->name, "%s", policy_slot_name(&e->policy));
+	snprintf(pi->params, sizeof pi->params, "%s",
+	    policy_slot_params(&e->policy));
+	pi->plans = e->policy.plans;
+	pi->plan_errors = e->policy.plan_errors;
+	pi->swaps = e->policy.swaps;
+	pi->fallbacks = e->policy.fallbacks;
+	snprintf(pi->last_error, sizeof pi->last_error, "%s",
+	    e->policy.last_error);
+	if (e->policy.ejected != NULL)
+		snprintf(pi->ejected, sizeof pi->ejected, "%s",
+		    e->policy.ejected);
+	eunlock(e);
+}
+
+/* Live counts, for models and status. */
+void
+engine_counts(struct engine *e, struct engine_counts *c)
+{
+	int	i;
+
+	memset(c, 0, sizeof *c);
+	elock(e);
+	c->waiting = e->n_waiting;
+	c->running = e->n_reqs - e->n_waiting;
+	c->n_groups = e->n_groups;
+	for (i = 0; i < e->n_groups; i++) {
+		c->kv_used[i] = kv_pool_used_blocks(e->groups[i].pool);
+		c->kv_total[i] = e->groups[i].pool->n_blocks;
+		c->roles[i] = e->groups[i].role;
+		c->devices[i] = e->groups[i].devices;
+		c->kv_bytes[i] = (uint64_t)e->groups[i].pool->block_bytes *
+		    e->groups[i].pool->n_blocks;
+	}
+	c->block_size = e->n_groups > 0 ?
+	    e->groups[0].pool->layout.block_size : 0;
+	eunlock(e);
+}
+
+/* The instance's metrics (owned by the engine). */
+struct inst_metrics *
+engine_metrics(struct engine *e)
+{
+	return (&e->metrics);
+}
+
+/* The instance's trace (owned by the engine). */
+struct trace *
+engine_trace(struct engine *e)
+{
+	return (&e->trace);
+}

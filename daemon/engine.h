@@ -1,0 +1,130 @@
+/* engine.h: continuous batching for one model instance, planned by a policy. */
+#ifndef PHASED_ENGINE_H
+#define PHASED_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics.h"
+#include "sampler.h"
+
+struct model;
+struct engine;
+struct trace;
+
+#define ENGINE_MAX_GROUPS	8
+#define ENGINE_MAX_STOPS	8
+#define ENGINE_MAX_STOP_LEN	256
+
+/* One device group: its role and the CPUs its threads run on. */
+struct engine_group_spec {
+	int	 role;			/* enum phased_group_role */
+	int	 n_threads;		/* 0: one per CPU listed, or all cores */
+	int	 cpus[64];		/* CPU ids to pin to */
+	int	 n_cpus;		/* 0: not pinned */
+	char	 devices[64];		/* as given, for display: "cpu0-1" */
+};
+
+struct engine_config {
+	const char		*name;		/* the instance's name */
+	struct engine_group_spec groups[ENGINE_MAX_GROUPS];
+	int			 n_groups;
+	uint32_t		 kv_blocks;	/* per group */
+	uint32_t		 max_batch_tokens;
+	uint32_t		 max_seqs;
+	uint32_t		 max_waiting;
+	uint32_t		 ctx;		/* positions per sequence */
+};
+
+/* What a generation asks for (the engine copies it). */
+struct engine_gen {
+	int32_t			*prompt;	/* copied by the engine */
+	uint32_t		 n_prompt;
+	uint32_t		 max_tokens;
+	struct sampler_params	 sp;
+	char			*stops[ENGINE_MAX_STOPS];	/* copied */
+	int			 n_stops;
+	uint64_t		 deadline_ns;	/* 0: none */
+	uint64_t		 arrival_ns;
+};
+
+/* Kinds of events the engine sends the control thread. */
+enum engine_ev_type {
+	EV_TOKEN,		/* a sampled token and its text */
+	EV_DONE			/* the request is finished; the last event */
+};
+
+struct engine_event {
+	enum engine_ev_type	 type;
+	void			*owner;		/* as given to engine_submit */
+	int32_t			 token;
+	uint64_t		 t_ns;		/* since arrival */
+	size_t			 len;		/* text bytes */
+	char			*text;		/* complete UTF-8 only */
+	enum finish_reason	 reason;	/* EV_DONE */
+	char			*error;		/* EV_DONE with FINISH_ERROR */
+	struct req_summary	 summary;	/* EV_DONE */
+};
+
+/*
+ * Called on the engine thread for every event; must not block.  The
+ * callee owns ev->text and ev->error.
+ */
+typedef void (*engine_emit_fn)(void *arg, struct engine_event *ev);
+
+/*
+ * Create an engine for a loaded model and start its group loops.  The
+ * policy starts as the built-in fcfs.  NULL and *cause on error.
+ */
+struct engine	*engine_create(struct model *, const struct engine_config *,
+		    engine_emit_fn, void *emit_arg, char **cause);
+/*
+ * Stop: every request still queued or running finishes as cancelled with
+ * `why', its DONE event is emitted, the loops exit and everything is freed.
+ */
+void		 engine_destroy(struct engine *, const char *why);
+
+/*
+ * Queue a generation; returns the request's engine id, or 0 with *cause
+ * and *code (a Phased__ErrorCode) when it is refused (overloaded, too long
+ * for the context, bad parameters).  Exactly one EV_DONE follows a
+ * successful submit.
+ */
+uint64_t	 engine_submit(struct engine *, struct engine_gen *, void *owner,
+		    int *code, char **cause);
+/* Ask for a request to stop; its EV_DONE says "cancelled". */
+void		 engine_cancel(struct engine *, uint64_t id, const char *why);
+
+/* Swap the policy at an iteration boundary; on error the old one stays. */
+int		 engine_set_policy(struct engine *, const char *plugindir,
+		    const char *name, size_t argc, char *const *argv,
+		    char **cause);
+
+/* A copy of the policy's name, params and counters. */
+struct engine_policy_info {
+	char		 name[64];
+	char		 params[256];
+	uint64_t	 plans, plan_errors, swaps, fallbacks;
+	char		 last_error[256];
+	char		 ejected[320];
+};
+void		 engine_policy_info(struct engine *, struct engine_policy_info *);
+
+/* Live counts, for models and status. */
+struct engine_counts {
+	uint32_t	 running, waiting;
+	uint32_t	 kv_used[ENGINE_MAX_GROUPS];
+	uint32_t	 kv_total[ENGINE_MAX_GROUPS];
+	int		 roles[ENGINE_MAX_GROUPS];
+	const char	*devices[ENGINE_MAX_GROUPS];
+	uint64_t	 kv_bytes[ENGINE_MAX_GROUPS];
+	int		 n_groups;
+	uint32_t	 block_size;
+};
+void		 engine_counts(struct engine *, struct engine_counts *);
+
+/* The instance's metrics and trace (owned by the engine). */
+struct inst_metrics *engine_metrics(struct engine *);
+struct trace	*engine_trace(struct engine *);
+
+#endif

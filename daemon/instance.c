@@ -1,0 +1,688 @@
+/*
+ * instance.c: model instances.  A load parses its options, maps and
+ * prepares the model on a loader thread (progress and the result come back
+ * through the mailbox), then starts the instance's engine and policy.
+ */
+#include "config.h"
+
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <phased/policy.h>
+
+#include "conn.h"
+#include "gen.h"
+#include "instance.h"
+#include "log.h"
+#include "mailbox.h"
+#include "model.h"
+#include "phased.h"
+#include "util.h"
+
+#define INST_CTX_DEFAULT_MAX	4096	/* ctx when not given: the model's, capped */
+#define INST_MAX_SEQS_DEFAULT	64
+#define INST_KV_CTX_MULT	4	/* default pool: this many full contexts */
+
+static TAILQ_HEAD(, instance) instances = TAILQ_HEAD_INITIALIZER(instances);
+
+struct load_msg {
+	struct mbox_msg	 m;
+	struct instance	*inst;
+	int		 done;
+	double		 fraction;
+	struct model	*model;
+	char		*cause;
+};
+
+/* Parse a CPU list such as "cpu0-1" or "cpu0+cpu2" into spec. */
+static int
+parse_cpus(const char *s, struct engine_group_spec *gs, char **cause)
+{
+	char		*copy, *tok, *save = NULL, *dash, *end;
+	long		 a, b, i;
+
+	copy = xstrdup(s);
+	for (tok = strtok_r(copy, "+", &save); tok != NULL;
+	    tok = strtok_r(NULL, "+", &save)) {
+		if (strncmp(tok, "cpu", 3) != 0)
+			goto bad;
+		tok += 3;
+		dash = strchr(tok, '-');
+		a = strtol(tok, &end, 10);
+		if (end == tok || (dash == NULL && *end != '\0') ||
+		    (dash != NULL && end != dash))
+			goto bad;
+		b = a;
+		if (dash != NULL) {
+			b = strtol(dash + 1, &end, 10);
+			if (end == dash + 1 || *end != '\0')
+				goto bad;
+		}
+		if (a < 0 || b < a || b > 4095)
+			goto bad;
+		for (i = a; i <= b; i++) {
+			if (gs->n_cpus == (int)(sizeof gs->cpus /
+			    sizeof gs->cpus[0])) {
+				set_cause(cause, "device group %s lists more "
+				    "than %zu cpus", s, sizeof gs->cpus /
+				    sizeof gs->cpus[0]);
+				free(copy);
+				return (-1);
+			}
+			gs->cpus[gs->n_cpus++] = (int)i;
+		}
+	}
+	free(copy);
+	snprintf(gs->devices, sizeof gs->devices, "%s", s);
+	gs->n_threads = gs->n_cpus;
+	return (0);
+bad:
+	free(copy);
+	set_cause(cause, "bad device list '%s' (expected e.g. cpu0, cpu0-1 "
+	    "or cpu0+cpu2)", s);
+	return (-1);
+}
+
+/* Parse groups=ROLE:DEVICES[/ROLE:DEVICES...]. */
+static int
+parse_groups(const char *v, struct inst_opts *o, char **cause)
+{
+	struct engine_group_spec	*gs;
+	char				*copy, *tok, *save = NULL, *colon;
+	int				 rc = -1;
+
+	copy = xstrdup(v);
+	o->n_groups = 0;
+	for (tok = strtok_r(copy, "/", &save); tok != NULL;
+	    tok = strtok_r(NULL, "/", &save)) {
+		if (o->n_groups == ENGINE_MAX_GROUPS) {
+			set_cause(cause, "groups: more than %d device groups",
+			    ENGINE_MAX_GROUPS);
+			goto out;
+		}
+		gs = &o->groups[o->n_groups];
+		memset(gs, 0, sizeof *gs);
+		if ((colon = strchr(tok, ':')) == NULL) {
+			set_cause(cause, "groups: '%s' is not ROLE:DEVICES", tok);
+			goto out;
+		}
+		*colon = '\0';
+		if (strcmp(tok, "mixed") == 0)
+			gs->role = PHASED_ROLE_MIXED;
+		else if (strcmp(tok, "prefill") == 0)
+			gs->role = PHASED_ROLE_PREFILL;
+		else if (strcmp(tok, "decode") == 0)
+			gs->role = PHASED_ROLE_DECODE;
+		else {
+			set_cause(cause, "groups: unknown role '%s' (mixed, "
+			    "prefill or decode)", tok);
+			goto out;
+		}
+		if (parse_cpus(colon + 1, gs, cause) != 0)
+			goto out;
+		o->n_groups++;
+	}
+	if (o->n_groups == 0) {
+		set_cause(cause, "groups: no device group given");
+		goto out;
+	}
+	rc = 0;
+out:
+	free(copy);
+	return (rc);
+}
+
+/* Parse one numeric option within [min, max]. */
+static int
+opt_u32(const char *k, const char *v, long long min, long long max,
+    uint32_t *out, char **cause)
+{
+	long long	x;
+
+	if (parse_int(v, min, max, &x, k, cause) != 0)
+		return (-1);
+	*out = (uint32_t)x;
+	return (0);
+}
+
+/* Parse key=value options; -1 and *cause naming the bad one. */
+int
+inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
+{
+	const char	*k, *v;
+	char		*key, *eq;
+	uint32_t	 u = 0;
+	int		 i, rc = 0;
+
+	memset(o, 0, sizeof *o);
+	for (i = 0; i < argc && rc == 0; i++) {
+		if ((eq = strchr(argv[i], '=')) == NULL || eq == argv[i]) {
+			set_cause(cause, "option '%s' is not key=value",
+			    argv[i]);
+			return (-1);
+		}
+		key = xstrndup(argv[i], (size_t)(eq - argv[i]));
+		k = key;
+		v = eq + 1;
+		if (strcmp(k, "ctx") == 0)
+			rc = opt_u32(k, v, 16, MODEL_MAX_CTX, &o->ctx, cause);
+		else if (strcmp(k, "threads") == 0) {
+			rc = opt_u32(k, v, 1, 1024, &u, cause);
+			o->threads = (int)u;
+		} else if (strcmp(k, "kv") == 0) {
+			if (strcmp(v, "f16") == 0 || strcmp(v, "F16") == 0)
+				o->kv_f32 = 0;
+			else if (strcmp(v, "f32") == 0 || strcmp(v, "F32") == 0)
+				o->kv_f32 = 1;
+			else {
+				set_cause(cause, "kv '%s' is not f16 or f32", v);
+				rc = -1;
+			}
+		} else if (strcmp(k, "kv-tokens") == 0)
+			rc = opt_u32(k, v, 16, 1 << 26, &o->kv_tokens, cause);
+		else if (strcmp(k, "block-size") == 0) {
+			rc = opt_u32(k, v, 8, 256, &o->block_size, cause);
+			if (rc == 0 && o->block_size % 8 != 0) {
+				set_cause(cause, "block-size %u is not a "
+				    "multiple of 8", o->block_size);
+				rc = -1;
+			}
+		} else if (strcmp(k, "max-batch-tokens") == 0)
+			rc = opt_u32(k, v, 1, MODEL_MAX_BATCH_TOKENS,
+			    &o->max_batch_tokens, cause);
+		else if (strcmp(k, "max-seqs") == 0)
+			rc = opt_u32(k, v, 1, 4096, &o->max_seqs, cause);
+		else if (strcmp(k, "policy") == 0) {
+			if (*v == '\0' || strchr(v, '/') != NULL || *v == '.') {
+				set_cause(cause, "policy '%s' must be a plugin "
+				    "name, not a path", v);
+				rc = -1;
+			} else {
+				free(o->policy);
+				o->policy = xstrdup(v);
+			}
+		} else if (strncmp(k, "policy.", 7) == 0 && k[7] != '\0') {
+			if (o->n_policy_params == INST_MAX_POLICY_PARAMS) {
+				set_cause(cause, "more than %d policy "
+				    "parameters", INST_MAX_POLICY_PARAMS);
+				rc = -1;
+			} else
+				o->policy_params[o->n_policy_params++] =
+				    xstrdup(argv[i] + 7);
+		} else if (strcmp(k, "groups") == 0)
+			rc = parse_groups(v, o, cause);
+		else {
+			set_cause(cause, "unknown option '%s' (ctx, threads, kv, "
+			    "kv-tokens, block-size, max-batch-tokens, max-seqs, "
+			    "policy, policy.KEY, groups)", k);
+			rc = -1;
+		}
+		free(key);
+	}
+	if (rc != 0)
+		inst_opts_free(o);
+	return (rc);
+}
+
+/* Free what inst_opts_parse() allocated. */
+void
+inst_opts_free(struct inst_opts *o)
+{
+	int	i;
+
+	free(o->policy);
+	for (i = 0; i < o->n_policy_params; i++)
+		free(o->policy_params[i]);
+	memset(o, 0, sizeof *o);
+}
+
+/* Find a ready or loading instance by name. */
+struct instance *
+instance_find(const char *name)
+{
+	struct instance	*in;
+
+	TAILQ_FOREACH(in, &instances, entry)
+		if (strcmp(in->name, name) == 0)
+			return (in);
+	return (NULL);
+}
+
+/* First instance. */
+struct instance *
+instance_first(void)
+{
+	return (TAILQ_FIRST(&instances));
+}
+
+/* Next instance. */
+struct instance *
+instance_next(struct instance *in)
+{
+	return (TAILQ_NEXT(in, entry));
+}
+
+/* Free an instance that has no engine running. */
+static void
+instance_free(struct instance *in)
+{
+	if (in->model != NULL)
+		model_free(in->model);
+	inst_opts_free(&in->opts);
+	free(in->name);
+	free(in->path);
+	free(in);
+}
+
+/* Send a load's final reply and close its stream. */
+static void
+load_reply(struct instance *in, const char *err)
+{
+	if (in->load_stream == NULL)
+		return;
+	if (in->load_stream->conn != NULL) {
+		if (err != NULL)
+			conn_send_error(in->load_stream->conn,
+			    in->load_stream->req_id,
+			    PHASED__ERROR_CODE__ERR_LOAD, "%s", err);
+		else
+			conn_send_ok(in->load_stream->conn,
+			    in->load_stream->req_id, "loaded");
+	}
+	stream_free(in->load_stream);
+	in->load_stream = NULL;
+}
+
+/* The load's client went away: the load goes on without it. */
+static void
+load_stream_cancel(struct stream *s, const char *why)
+{
+	struct instance	*in = s->arg;
+
+	in->load_stream = NULL;
+	stream_free(s);
+}
+
+/* Fill the engine's configuration from the instance's options. */
+static void
+engine_config_of(struct instance *in, struct engine_config *ec)
+{
+	const struct model_info	*mi = model_info(in->model);
+	uint64_t		 kv_tokens;
+	uint32_t		 bs = mi->kv.block_size;
+
+	memset(ec, 0, sizeof *ec);
+	ec->name = in->name;
+	ec->ctx = mi->n_ctx;
+	ec->max_batch_tokens = in->opts.max_batch_tokens != 0 ?
+	    in->opts.max_batch_tokens : ec->ctx;
+	ec->max_seqs = in->opts.max_seqs != 0 ? in->opts.max_seqs :
+	    INST_MAX_SEQS_DEFAULT;
+	ec->max_waiting = phased->conf.max_waiting;
+	kv_tokens = in->opts.kv_tokens != 0 ? in->opts.kv_tokens :
+	    (uint64_t)ec->ctx * INST_KV_CTX_MULT;
+	ec->kv_blocks = (uint32_t)((kv_tokens + bs - 1) / bs);
+	if (in->opts.n_groups == 0) {
+		ec->n_groups = 1;
+		ec->groups[0].role = PHASED_ROLE_MIXED;
+		ec->groups[0].n_threads = in->opts.threads != 0 ?
+		    in->opts.threads : phased->conf.threads;
+		snprintf(ec->groups[0].devices, sizeof ec->groups[0].devices,
+		    "cpu");
+	} else {
+		ec->n_groups = in->opts.n_groups;
+		memcpy(ec->groups, in->opts.groups, sizeof ec->groups);
+	}
+}
+
+/* Start the engine and policy of a loaded model. */
+static int
+instance_start(struct instance *in, char **cause)
+{
+	struct engine_config	 ec;
+	const char		*policy;
+	int			 i, prefill = 0, decode = 0;
+
+	engine_config_of(in, &ec);
+	if ((in->engine = engine_create(in->model, &ec, instance_engine_emit,
+	    in, cause)) == NULL)
+		return (-1);
+	for (i = 0; i < ec.n_groups; i++) {
+		prefill += ec.groups[i].role == PHASED_ROLE_PREFILL;
+		decode += ec.groups[i].role == PHASED_ROLE_DECODE;
+	}
+	policy = in->opts.policy;
+	if (policy == NULL)
+		policy = prefill > 0 && decode > 0 ? "disaggregated" :
+		    phased->conf.default_policy;
+	if (engine_set_policy(in->engine, phased->conf.plugin_dir, policy,
+	    (size_t)in->opts.n_policy_params, in->opts.policy_params,
+	    cause) != 0) {
+		engine_destroy(in->engine, "policy failed");
+		in->engine = NULL;
+		mailbox_drain();
+		return (-1);
+	}
+	return (0);
+}
+
+/* A loader thread reported progress or its result. */
+static void
+load_deliver(struct mbox_msg *m)
+{
+	struct load_msg			 *lm = (struct load_msg *)m;
+	struct instance			 *in = lm->inst;
+	Phased__Response		  r = PHASED__RESPONSE__INIT;
+	Phased__LoadProgress		  lp = PHASED__LOAD_PROGRESS__INIT;
+	char				 *cause = NULL;
+
+	if (!lm->done) {
+		if (in->load_stream != NULL) {
+			lp.fraction = (float)lm->fraction;
+			lp.stage = (char *)"preparing weights";
+			r.body_case = PHASED__RESPONSE__BODY_LOAD_PROGRESS;
+			r.load_progress = &lp;
+			stream_send(in->load_stream, &r);
+		}
+		free(lm);
+		return;
+	}
+	pthread_join(in->loader, NULL);
+	in->loader_running = 0;
+	in->model = lm->model;
+	if (in->model == NULL)
+		cause = lm->cause;
+	else if (instance_start(in, &cause) != 0)
+		;
+	else {
+		in->state = INST_READY;
+		log_info("model %s loaded from %s", in->name, in->path);
+		load_reply(in, NULL);
+		free(lm);
+		return;
+	}
+	log_warnx("model %s: %s", in->name, cause);
+	load_reply(in, cause);
+	free(cause);
+	TAILQ_REMOVE(&instances, in, entry);
+	instance_free(in);
+	free(lm);
+}
+
+/* Loader thread: report progress in steps of 2%. */
+static void
+load_progress(void *arg, double fraction)
+{
+	struct instance	*in = arg;
+	struct load_msg	*lm;
+
+	if (fraction < 1.0 && fraction - in->last_progress < 0.02)
+		return;
+	in->last_progress = fraction;
+	lm = xcalloc(1, sizeof *lm);
+	lm->m.deliver = load_deliver;
+	lm->inst = in;
+	lm->fraction = fraction;
+	mailbox_post(&lm->m);
+}
+
+/* Loader thread body. */
+static void *
+load_main(void *arg)
+{
+	struct instance		*in = arg;
+	struct load_msg		*lm;
+	struct model_opts	 mo;
+
+	memset(&mo, 0, sizeof mo);
+	mo.n_threads = in->opts.threads != 0 ? in->opts.threads :
+	    phased->conf.threads;
+	mo.kv_type_f32 = in->opts.kv_f32;
+	mo.kv_block_size = (int)in->opts.block_size;
+	mo.ctx = (int)in->opts.ctx;
+	lm = xcalloc(1, sizeof *lm);
+	lm->m.deliver = load_deliver;
+	lm->inst = in;
+	lm->done = 1;
+	lm->model = model_load(in->path, &mo, load_progress, in, &lm->cause);
+	if (lm->model != NULL && in->opts.ctx == 0 &&
+	    model_info(lm->model)->n_ctx > INST_CTX_DEFAULT_MAX) {
+		/* Without ctx= the context is the model's, capped. */
+		model_free(lm->model);
+		mo.ctx = INST_CTX_DEFAULT_MAX;
+		lm->model = model_load(in->path, &mo, NULL, NULL, &lm->cause);
+	}
+	mailbox_post(&lm->m);
+	return (NULL);
+}
+
+/* Start loading a model in the background. */
+int
+instance_load(const char *name, const char *path, char *const *argv,
+    int argc, struct stream *stream, int *code, char **cause)
+{
+	struct instance	*in;
+	struct stat	 st;
+	size_t		 i;
+
+	*code = PHASED__ERROR_CODE__ERR_INVALID;
+	if (*name == '\0' || strlen(name) > 64) {
+		set_cause(cause, "model name must be 1 to 64 characters");
+		return (-1);
+	}
+	for (i = 0; name[i] != '\0'; i++) {
+		if (!(name[i] == '-' || name[i] == '_' || name[i] == '.' ||
+		    (name[i] >= '0' && name[i] <= '9') ||
+		    (name[i] >= 'a' && name[i] <= 'z') ||
+		    (name[i] >= 'A' && name[i] <= 'Z'))) {
+			set_cause(cause, "model name '%s' may only hold "
+			    "letters, digits, '-', '_' and '.'", name);
+			return (-1);
+		}
+	}
+	if (instance_find(name) != NULL) {
+		*code = PHASED__ERROR_CODE__ERR_EXISTS;
+		set_cause(cause, "model %s is already loaded", name);
+		return (-1);
+	}
+	if (path[0] != '/') {
+		set_cause(cause, "model path '%s' must be absolute", path);
+		return (-1);
+	}
+	if (stat(path, &st) != 0) {
+		*code = PHASED__ERROR_CODE__ERR_LOAD;
+		set_cause(cause, "%s: %s", path, strerror(errno));
+		return (-1);
+	}
+	in = xcalloc(1, sizeof *in);
+	if (inst_opts_parse(argv, argc, &in->opts, cause) != 0) {
+		free(in);
+		return (-1);
+	}
+	in->name = xstrdup(name);
+	in->path = xstrdup(path);
+	in->state = INST_LOADING;
+	TAILQ_INIT(&in->gens);
+	in->load_stream = stream;
+	if (stream != NULL) {
+		stream->cancel = load_stream_cancel;
+		stream->arg = in;
+	}
+	if (pthread_create(&in->loader, NULL, load_main, in) != 0) {
+		set_cause(cause, "cannot start loader thread: %s",
+		    strerror(errno));
+		*code = PHASED__ERROR_CODE__ERR_INTERNAL;
+		in->load_stream = NULL;
+		instance_free(in);
+		return (-1);
+	}
+	in->loader_running = 1;
+	TAILQ_INSERT_TAIL(&instances, in, entry);
+	log_info("loading model %s from %s", name, path);
+	return (0);
+}
+
+/* Unload: cancel its requests, stop the engine, free the model. */
+int
+instance_unload(const char *name, char **cause)
+{
+	struct instance	*in;
+
+	if ((in = instance_find(name)) == NULL) {
+		set_cause(cause, "no model %s", name);
+		return (-1);
+	}
+	if (in->state == INST_LOADING) {
+		set_cause(cause, "model %s is still loading", name);
+		return (-1);
+	}
+	TAILQ_REMOVE(&instances, in, entry);
+	engine_destroy(in->engine, "model unloaded");
+	/* The DONE events of its requests are queued: deliver them now. */
+	mailbox_drain();
+	log_info("model %s unloaded", in->name);
+	instance_free(in);
+	return (0);
+}
+
+/* Load the models of the configuration. */
+void
+instance_load_configured(void)
+{
+	struct config_model	*cm;
+	char			*cause = NULL;
+	int			 i, code;
+
+	for (i = 0; i < phased->conf.n_models; i++) {
+		cm = &phased->conf.models[i];
+		if (instance_find(cm->name) != NULL)
+			continue;
+		if (instance_load(cm->name, cm->path, cm->options,
+		    cm->n_options, NULL, &code, &cause) != 0) {
+			log_warnx("model %s: %s", cm->name, cause);
+			free(cause);
+			cause = NULL;
+		}
+	}
+}
+
+/* Unload everything (at shutdown). */
+void
+instance_shutdown(void)
+{
+	struct instance	*in;
+
+	while ((in = TAILQ_FIRST(&instances)) != NULL) {
+		if (in->loader_running) {
+			/* A load cannot be interrupted: wait for it. */
+			pthread_join(in->loader, NULL);
+			in->loader_running = 0;
+			mailbox_drain();
+			continue;
+		}
+		TAILQ_REMOVE(&instances, in, entry);
+		engine_destroy(in->engine, "daemon shutting down");
+		mailbox_drain();
+		instance_free(in);
+	}
+}
+
+/* Fill infos for every instance. */
+void
+instance_infos(struct inst_infos *ii)
+{
+	struct instance			*in;
+	const struct model_info		*mi;
+	struct engine_counts		 ec;
+	struct engine_policy_info	 pi;
+	Phased__ModelInfo		*m;
+	Phased__DeviceGroup		*g;
+	size_t				 n = 0, ng = 0, k;
+	int				 i;
+	static const char *const roles[] = { "mixed", "prefill", "decode" };
+	static char			 policies[64][64];
+
+	memset(ii, 0, sizeof *ii);
+	TAILQ_FOREACH(in, &instances, entry)
+		n++;
+	if (n == 0)
+		return;
+	ii->ptrs = xcalloc(n, sizeof *ii->ptrs);
+	ii->infos = xcalloc(n, sizeof *ii->infos);
+	ii->group_ptrs = xcalloc(n * ENGINE_MAX_GROUPS, sizeof *ii->group_ptrs);
+	ii->groups = xcalloc(n * ENGINE_MAX_GROUPS, sizeof *ii->groups);
+	k = 0;
+	TAILQ_FOREACH(in, &instances, entry) {
+		m = &ii->infos[k];
+		phased__model_info__init(m);
+		ii->ptrs[k] = m;
+		m->name = in->name;
+		m->path = in->path;
+		m->arch = (char *)"";
+		m->tensor_type = (char *)"";
+		m->state = (char *)(in->state == INST_READY ? "ready" :
+		    "loading");
+		if (in->model != NULL) {
+			mi = model_info(in->model);
+			m->arch = (char *)mi->arch;
+			m->n_params = mi->n_params;
+			m->tensor_type = (char *)mi->type_name;
+			m->file_size = mi->file_size;
+			m->ctx = mi->n_ctx;
+			m->has_n_vocab = 1;
+			m->n_vocab = mi->n_vocab;
+		}
+		if (in->engine != NULL) {
+			engine_counts(in->engine, &ec);
+			engine_policy_info(in->engine, &pi);
+			snprintf(policies[k % 64], sizeof policies[0], "%s",
+			    pi.name);
+			m->policy = policies[k % 64];
+			m->has_requests_running = m->has_requests_waiting = 1;
+			m->requests_running = ec.running;
+			m->requests_waiting = ec.waiting;
+			m->has_kv_blocks_total = m->has_kv_blocks_used = 1;
+			m->has_kv_block_size = 1;
+			m->kv_block_size = ec.block_size;
+			m->groups = &ii->group_ptrs[ng];
+			for (i = 0; i < ec.n_groups; i++) {
+				g = &ii->groups[ng];
+				phased__device_group__init(g);
+				ii->group_ptrs[ng++] = g;
+				g->name = (char *)(i == 0 ? "g0" : i == 1 ?
+				    "g1" : i == 2 ? "g2" : i == 3 ? "g3" :
+				    i == 4 ? "g4" : i == 5 ? "g5" : i == 6 ?
+				    "g6" : "g7");
+				g->role = (char *)roles[ec.roles[i]];
+				g->devices = (char *)ec.devices[i];
+				g->has_memory_bytes = 1;
+				g->memory_bytes = ec.kv_bytes[i];
+				g->has_kv_blocks_total = g->has_kv_blocks_used = 1;
+				g->kv_blocks_total = ec.kv_total[i];
+				g->kv_blocks_used = ec.kv_used[i];
+				m->kv_blocks_total += ec.kv_total[i];
+				m->kv_blocks_used += ec.kv_used[i];
+				m->n_groups++;
+			}
+		}
+		k++;
+	}
+	ii->n = n;
+}
+
+/* Free what instance_infos() filled. */
+void
+instance_infos_free(struct inst_infos *ii)
+{
+	free(ii->ptrs);
+	free(ii->infos);
+	free(ii->group_ptrs);
+	free(ii->groups);
+	memset(ii, 0, sizeof *ii);
+}

@@ -1,0 +1,134 @@
+/* kvcache.h: the paged key/value cache (a pool of fixed-size blocks). */
+#ifndef PHASED_KVCACHE_H
+#define PHASED_KVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * A pool belongs to one model instance (one device group).  It is cut into
+ * n_blocks blocks of block_size tokens; a block holds the keys and values
+ * of those tokens for every layer.  A sequence owns an ordered list of
+ * blocks (its block table): token position p lives in block
+ * blocks[p / block_size] at slot p % block_size.  Blocks are handed out
+ * whole, so accounting is exact: free + used == n_blocks at all times.
+ *
+ * Inside a block the layout is, per layer:
+ *	K: [kv_head][head_dim][block_size]	(transposed: slots contiguous)
+ *	V: [kv_head][block_size][head_dim]	(a slot's vector contiguous)
+ * Keys are transposed so attention scores a whole block of slots with one
+ * loop running along the slots, and values are in rows so the weighted sum
+ * runs along head_dim; both loops vectorize without reassociating sums.
+ */
+
+#define KV_BLOCK_SIZE_DEFAULT	16
+#define KV_BLOCK_SIZE_MIN	8
+#define KV_BLOCK_SIZE_MAX	256
+#define KV_BLOCK_SIZE_ALIGN	8	/* block_size must be a multiple */
+
+/* The element type of keys and values: a tensor_type number. */
+#define KV_TYPE_F32		0	/* TT_F32 */
+#define KV_TYPE_F16		1	/* TT_F16 */
+
+struct kv_layout {
+	uint32_t	 n_layers;
+	uint32_t	 n_kv_heads;
+	uint32_t	 head_dim;
+	uint32_t	 block_size;	/* tokens per block */
+	uint32_t	 type;		/* KV_TYPE_F16 or KV_TYPE_F32 */
+};
+
+struct kv_pool {
+	struct kv_layout layout;
+	uint32_t	 n_blocks;
+	size_t		 elem_size;	/* 2 or 4 */
+	size_t		 block_bytes;	/* all layers, K and V */
+	size_t		 layer_bytes;	/* one layer's K and V in a block */
+	size_t		 v_offset;	/* V after K inside a layer */
+	uint8_t		*data;		/* n_blocks * block_bytes */
+	uint32_t	*free_stack;	/* free block ids, n_free of them */
+	uint32_t	 n_free;
+	uint8_t		*in_use;	/* per block: catches double frees */
+};
+
+/*
+ * One sequence's block table.  A zeroed struct kv_seq is an empty sequence
+ * not yet tied to a pool.  n_tokens counts the positions whose K/V are
+ * stored (model_forward advances it); the blocks may cover more (after
+ * kv_seq_reserve).
+ */
+struct kv_seq {
+	uint32_t	*blocks;
+	uint32_t	 n_blocks;
+	uint32_t	 cap;		/* allocated entries in blocks */
+	uint32_t	 n_tokens;
+};
+
+/* Check a layout; -1 and *cause naming the bad field. */
+int		 kv_layout_check(const struct kv_layout *, char **cause);
+/* Bytes of one block for a (checked) layout: pools are sized in these. */
+size_t		 kv_layout_block_bytes(const struct kv_layout *);
+/* Blocks needed to hold n_tokens tokens of one sequence. */
+uint32_t	 kv_layout_blocks_for(const struct kv_layout *, uint64_t n_tokens);
+
+/*
+ * Create a pool of n_blocks blocks in host memory (zeroed); NULL and
+ * *cause if the layout is bad or the memory cannot be had.
+ */
+struct kv_pool	*kv_pool_create(const struct kv_layout *, uint32_t n_blocks,
+		    char **cause);
+void		 kv_pool_free(struct kv_pool *);
+uint32_t	 kv_pool_free_blocks(const struct kv_pool *);
+uint32_t	 kv_pool_used_blocks(const struct kv_pool *);
+/* Blocks needed to hold n_tokens tokens. */
+uint32_t	 kv_pool_blocks_for(const struct kv_pool *, uint64_t n_tokens);
+
+/*
+ * Make sure seq has blocks for n_new more tokens after its n_tokens.
+ * Returns 0, or -1 when the pool lacks free blocks (nothing is taken then).
+ */
+int		 kv_seq_reserve(struct kv_pool *, struct kv_seq *, uint32_t n_new);
+/* Blocks kv_seq_reserve(pool, seq, n_new) would take from the pool. */
+uint32_t	 kv_seq_blocks_needed(const struct kv_pool *, const struct kv_seq *,
+		    uint32_t n_new);
+/* Token capacity of the blocks seq holds. */
+uint64_t	 kv_seq_capacity(const struct kv_pool *, const struct kv_seq *);
+/* Give all of seq's blocks back and make it empty (reusable). */
+void		 kv_seq_release(struct kv_pool *, struct kv_seq *);
+/*
+ * Forget the positions from n_tokens on (e.g. rejected speculative
+ * tokens) and give back the blocks no longer needed.
+ */
+void		 kv_seq_truncate(struct kv_pool *, struct kv_seq *, uint32_t n_tokens);
+/*
+ * Copy src_seq's stored tokens into dst_seq, which must be empty, taking
+ * blocks from dst_pool (which may be src_pool).  The layouts must match.
+ * -1 and *cause, with nothing taken, on a mismatch or a full pool.
+ */
+int		 kv_seq_copy(struct kv_pool *dst_pool, struct kv_seq *dst_seq,
+		    const struct kv_pool *src_pool, const struct kv_seq *src_seq,
+		    char **cause);
+
+/* Keys of (block, layer, kv_head): head_dim rows of block_size slots. */
+static inline void *
+kv_block_k(const struct kv_pool *p, uint32_t block, uint32_t layer, uint32_t head)
+{
+	const struct kv_layout	*l = &p->layout;
+
+	return (p->data + (size_t)block * p->block_bytes +
+	    (size_t)layer * p->layer_bytes +
+	    (size_t)head * l->head_dim * l->block_size * p->elem_size);
+}
+
+/* Values of (block, layer, kv_head): block_size rows of head_dim. */
+static inline void *
+kv_block_v(const struct kv_pool *p, uint32_t block, uint32_t layer, uint32_t head)
+{
+	const struct kv_layout	*l = &p->layout;
+
+	return (p->data + (size_t)block * p->block_bytes +
+	    (size_t)layer * p->layer_bytes + p->v_offset +
+	    (size_t)head * l->head_dim * l->block_size * p->elem_size);
+}
+
+#endif

@@ -1,0 +1,202 @@
+/* matmul.c: split a weight-times-batch product into cache-sized tiles. */
+#include "config.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "matmul.h"
+#include "quant.h"
+#include "tensor_type.h"
+#include "threadpool.h"
+#include "util.h"
+
+/* Bytes of prepared activations a token block may use (half of L2). */
+#define ACT_BLOCK_BYTES	(512 * 1024)
+
+struct qmat {
+	uint32_t		 type;
+	int64_t			 rows, cols;
+	const uint8_t		*data;
+	size_t			 row_bytes;
+	int			 isa;
+	struct quant_kernel	 kern;
+};
+
+struct mul_job {
+	const struct qmat	*m;
+	const struct qact	*a;
+	int			 n_tok;
+	float			*y;
+	int64_t			 ldy;
+	int64_t			 chunk_rows;	/* rows per work item */
+	int64_t			 nchunks;
+	_Atomic int64_t		 next;		/* next work item to take */
+};
+
+/* Prepare a weight matrix. */
+struct qmat *
+qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **cause)
+{
+	const struct tensor_type_info	*ti;
+	struct qmat			*m;
+
+	if ((ti = tensor_type_get(type)) == NULL) {
+		set_cause(cause, "tensor type %u (%s): not supported by the kernels",
+		    type, tensor_type_name(type) ? tensor_type_name(type) : "unknown");
+		return (NULL);
+	}
+	if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX) {
+		set_cause(cause, "matrix %lld x %lld: dimensions out of range (1 to %d)",
+		    (long long)rows, (long long)cols, INT32_MAX);
+		return (NULL);
+	}
+	if (cols % ti->block_elems != 0) {
+		set_cause(cause, "matrix of %s with %lld columns: not a multiple of "
+		    "the block size %u", ti->name, (long long)cols, ti->block_elems);
+		return (NULL);
+	}
+	if (data == NULL) {
+		set_cause(cause, "matrix %lld x %lld: no data", (long long)rows,
+		    (long long)cols);
+		return (NULL);
+	}
+	m = xcalloc(1, sizeof *m);
+	m->type = type;
+	m->rows = rows;
+	m->cols = cols;
+	m->data = data;
+	m->row_bytes = tensor_row_bytes(ti, cols);
+	m->isa = quant_isa();
+	m->kern = quant_kernel_get(m->isa, type);
+	if (m->kern.fn == NULL) {
+		set_cause(cause, "tensor type %s: no kernel", ti->name);
+		free(m);
+		return (NULL);
+	}
+	return (m);
+}
+
+/* Free a prepared matrix (not its data). */
+void
+qmat_free(struct qmat *m)
+{
+	free(m);
+}
+
+/* Memory beyond the mapped file: none, the kernels read the GGUF layout. */
+size_t
+qmat_extra_bytes(const struct qmat *m)
+{
+	return (m == NULL ? 0 : sizeof *m);
+}
+
+/* Dimensions and type. */
+int64_t
+qmat_rows(const struct qmat *m)
+{
+	return (m->rows);
+}
+
+int64_t
+qmat_cols(const struct qmat *m)
+{
+	return (m->cols);
+}
+
+uint32_t
+qmat_type(const struct qmat *m)
+{
+	return (m->type);
+}
+
+/* Decode one row. */
+void
+qmat_get_row(const struct qmat *m, int64_t r, float *out)
+{
+	dequantize_row(m->type, m->data + r * m->row_bytes, out, m->cols);
+}
+
+/*
+ * Take chunks of rows until none are left.  Threads take chunks from a
+ * shared counter rather than a fixed share, so a thread that the scheduler
+ * delays (the cores are shared) does not hold the others up.  A chunk is
+ * walked once per block of tokens small enough for the prepared activations
+ * to stay in L2, so its weights stream from memory once per block and a
+ * row tile is reused from L1 for every token tile.
+ */
+static void
+mul_worker(void *arg, int ith, int nth)
+{
+	struct mul_job		*job = arg;
+	const struct qmat	*m = job->m;
+	const struct quant_kernel *k = &m->kern;
+	int64_t			 c, r, r0, r1;
+	size_t			 per_tok;
+	int			 tb, t, t1, tt;
+
+	per_tok = (size_t)m->cols * (job->a->q != NULL ? 3 : 4);
+	tb = (int)(ACT_BLOCK_BYTES / per_tok);
+	tb -= tb % k->nr;
+	if (tb < k->nr)
+		tb = k->nr;
+	while ((c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) <
+	    job->nchunks) {
+		r0 = c * job->chunk_rows;
+		r1 = r0 + job->chunk_rows < m->rows ? r0 + job->chunk_rows : m->rows;
+		for (t = 0; t < job->n_tok; t = t1) {
+			t1 = t + tb < job->n_tok ? t + tb : job->n_tok;
+			for (r = r0; r < r1; r += k->mr) {
+				int mr = r + k->mr <= r1 ? k->mr : (int)(r1 - r);
+				for (tt = t; tt < t1; tt += k->nr) {
+					int nr = tt + k->nr <= t1 ? k->nr : t1 - tt;
+					k->fn(m->data, m->row_bytes, m->cols, r, mr,
+					    job->a, tt, nr, job->y, job->ldy);
+				}
+			}
+		}
+	}
+}
+
+/* Multiply: prepare the activations once, then split rows across threads. */
+void
+qmat_mul(struct threadpool *pool, const struct qmat *m, const float *X, int n_tok,
+    float *Y, int64_t ldy)
+{
+	struct qact	 a;
+	struct mul_job	 job;
+	size_t		 need;
+	int		 nth;
+	void		*buf = NULL, *owned = NULL;
+
+	if (n_tok <= 0)
+		return;
+	need = quant_act_bytes(m->type, m->cols, n_tok);
+	if (need != 0) {
+		if (pool != NULL)
+			buf = threadpool_scratch(pool, need);
+		else
+			buf = owned = xmalloc(need);
+	}
+	quant_act_init(&a, m->type, m->kern.layout, X, m->cols, n_tok, buf);
+	m->kern.fill(&a, m->type, 0, n_tok);
+	job.m = m;
+	job.a = &a;
+	job.n_tok = n_tok;
+	job.y = Y;
+	job.ldy = ldy;
+	/*
+	 * About eight chunks per thread (fewer, larger ones when the batch is
+	 * large and each chunk is a lot of work anyway), a multiple of the
+	 * tile height.
+	 */
+	nth = threadpool_size(pool);
+	job.chunk_rows = m->rows / (nth * (n_tok >= 64 ? 4 : 8));
+	job.chunk_rows -= job.chunk_rows % m->kern.mr;
+	if (job.chunk_rows < m->kern.mr)
+		job.chunk_rows = m->kern.mr;
+	job.nchunks = (m->rows + job.chunk_rows - 1) / job.chunk_rows;
+	atomic_init(&job.next, 0);
+	threadpool_run_any(pool, mul_worker, &job);
+	free(owned);
+}

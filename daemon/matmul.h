@@ -1,0 +1,38 @@
+/* matmul.h: weight matrices times batches of activation vectors. */
+#ifndef PHASED_MATMUL_H
+#define PHASED_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct threadpool;
+struct qmat;
+
+/*
+ * Prepare a rows x cols weight matrix of a tensor type for multiplication.
+ * data holds the rows in GGUF order (row r at data + r * row_bytes) and must
+ * stay mapped for the life of the qmat.  The kernel variant is chosen here
+ * (quant_isa()).  NULL and *cause on failure.
+ */
+struct qmat	*qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data,
+		    char **cause);
+void		 qmat_free(struct qmat *);
+/* Memory held beyond the mapped data, for reports. */
+size_t		 qmat_extra_bytes(const struct qmat *);
+int64_t		 qmat_rows(const struct qmat *);
+int64_t		 qmat_cols(const struct qmat *);
+uint32_t	 qmat_type(const struct qmat *);
+
+/*
+ * Y[t][r] = sum over c of W[r][c] * X[t][c] for t < n_tok.  X is n_tok x cols
+ * (row stride cols), Y is n_tok x rows with row stride ldy >= rows.  Each
+ * element of Y is computed the same way whatever n_tok and the thread count
+ * are (batch invariance).  pool may be NULL (one thread).
+ */
+void	qmat_mul(struct threadpool *pool, const struct qmat *, const float *X, int n_tok,
+	    float *Y, int64_t ldy);
+
+/* Row r decoded to f32 (cols values), e.g. an embedding. */
+void	qmat_get_row(const struct qmat *, int64_t r, float *out);
+
+#endif

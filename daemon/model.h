@@ -1,0 +1,132 @@
+/* model.h: a llama-architecture model loaded from GGUF, and its forward pass. */
+#ifndef PHASED_MODEL_H
+#define PHASED_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+
+struct gguf_file;
+struct qmat;
+struct threadpool;
+struct tokenizer;
+
+/* Loading options; zero fields take the defaults noted. */
+struct model_opts {
+	int		 n_threads;	/* CPU threads of an instance; 0 = all */
+	int		 kv_type_f32;	/* F32 keys/values instead of F16 */
+	int		 kv_block_size;	/* tokens per KV block; 0 = 16 */
+	int		 ctx;		/* positions per sequence; 0 = trained */
+};
+
+/* Sanity limits on what a model file may declare. */
+#define MODEL_MAX_EMBD		65536
+#define MODEL_MAX_FF		(1 << 20)
+#define MODEL_MAX_LAYERS	1024
+#define MODEL_MAX_HEADS		1024
+#define MODEL_MAX_HEAD_DIM	1024
+#define MODEL_MAX_CTX		(1 << 24)
+#define MODEL_MAX_VOCAB		(1 << 24)
+/* Most tokens one model_forward() call takes, all entries together. */
+#define MODEL_MAX_BATCH_TOKENS	65536
+
+struct model_info {
+	const char	*arch;		/* "llama" */
+	const char	*name;		/* general.name, or "" */
+	uint64_t	 n_params;
+	const char	*type_name;	/* the type holding most weights: "Q4_K" */
+	uint64_t	 file_size;
+	uint32_t	 n_ctx_train;
+	uint32_t	 n_ctx;		/* positions per sequence in use */
+	uint32_t	 n_vocab;
+	uint32_t	 n_layers;
+	uint32_t	 n_embd;
+	uint32_t	 n_ff;
+	uint32_t	 n_head;
+	uint32_t	 n_head_kv;
+	uint32_t	 head_dim;
+	uint32_t	 n_rot;		/* dimensions of each head RoPE turns */
+	float		 rope_freq_base;
+	float		 rms_eps;
+	struct kv_layout kv;		/* what the KV pools of this model hold */
+};
+
+/*
+ * Load a model; progress (may be NULL) is told the fraction done as the
+ * weights are prepared.  NULL and *cause on any error, naming the key or
+ * tensor at fault.  A loaded model is read-only: several threads may run
+ * forward passes on it at once, each with its own pool and sequences.
+ */
+struct model	*model_load(const char *path, const struct model_opts *,
+		    void (*progress)(void *arg, double fraction), void *arg,
+		    char **cause);
+void		 model_free(struct model *);
+const struct model_info *model_info(const struct model *);
+struct tokenizer *model_tokenizer(const struct model *);
+const struct model_opts *model_opts(const struct model *);
+/*
+ * Change the positions per sequence (info.n_ctx) of a freshly loaded model,
+ * before any pool or forward pass uses it; -1 and *cause if out of range.
+ */
+int		 model_set_ctx(struct model *, uint32_t n_ctx, char **cause);
+
+/* A KV pool of n_blocks blocks laid out for this model. */
+struct kv_pool	*model_kv_pool_create(const struct model *, uint32_t n_blocks,
+		    char **cause);
+
+/*
+ * One entry of a forward batch: n_tokens new tokens of a sequence, at the
+ * positions following the seq->n_tokens already in its KV.  logits, when
+ * not NULL, receives n_vocab floats for the entry's last token.
+ */
+struct fwd_entry {
+	struct kv_seq	*seq;
+	const int32_t	*tokens;
+	int		 n_tokens;
+	float		*logits;
+};
+
+struct fwd_batch {
+	struct fwd_entry *entries;
+	int		 n_seqs;
+};
+
+/*
+ * Run the model over a ragged batch: every entry's tokens are stacked into
+ * one activation matrix, so each weight is read once per call whatever the
+ * mix of prefill chunks and decode tokens; attention runs per entry over
+ * its own pages.  Each entry's sequence must hold blocks for its new
+ * tokens (kv_seq_reserve) and appear once; on success its n_tokens grows
+ * by the entry's n_tokens.  Results are batch-invariant: an entry's logits
+ * are bit-identical whatever else is in the batch and however its prompt
+ * was chunked.  tp may be NULL (one thread).  -1 and *cause on a bad batch,
+ * with nothing changed.
+ */
+int		 model_forward(const struct model *, struct kv_pool *,
+		    struct fwd_batch *, struct threadpool *tp, char **cause);
+
+/*
+ * Internals shared by model.c and forward.c.
+ */
+struct model_layer {
+	struct qmat	*wq, *wk, *wv, *wo;
+	struct qmat	*w_gate, *w_up, *w_down;
+	float		*attn_norm;	/* n_embd */
+	float		*ffn_norm;	/* n_embd */
+};
+
+struct model {
+	struct gguf_file	*gguf;		/* weights may point into it */
+	struct tokenizer	*tok;
+	struct model_opts	 opts;
+	struct model_info	 info;
+	char			*name;
+	struct qmat		*tok_embd;	/* n_vocab rows of n_embd */
+	struct qmat		*output;	/* the same when tied */
+	float			*output_norm;
+	struct model_layer	*layers;
+	double			*rope_inv_freq;	/* n_rot / 2 */
+};
+
+#endif

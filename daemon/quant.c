@@ -1,0 +1,747 @@
+/* quant.c: number formats, dequantization, the portable kernels, dispatch. */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "quant.h"
+#include "tensor_type.h"
+
+/* Decode an IEEE half to single precision. */
+float
+fp16_to_f32(uint16_t h)
+{
+	uint32_t	sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t	exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+	float		f;
+
+	if (exp == 0x1f)
+		bits = sign | 0x7f800000 | (man << 13);
+	else if (exp != 0)
+		bits = sign | ((exp + 112) << 23) | (man << 13);
+	else if (man == 0)
+		bits = sign;
+	else {
+		/* Subnormal: man * 2^-24 is exact in single precision. */
+		f = (float)man * 0x1p-24f;
+		memcpy(&bits, &f, sizeof bits);
+		bits |= sign;
+	}
+	memcpy(&f, &bits, sizeof f);
+	return (f);
+}
+
+/* Encode single precision as an IEEE half, rounding to nearest even. */
+uint16_t
+f32_to_fp16(float f)
+{
+	uint32_t	bits, sign, abs, man, rnd;
+	int		exp;
+
+	memcpy(&bits, &f, sizeof bits);
+	sign = (bits >> 16) & 0x8000;
+	abs = bits & 0x7fffffff;
+	if (abs > 0x7f800000)
+		return (sign | 0x7e00 | ((abs >> 13) & 0x3ff));	/* NaN */
+	if (abs >= 0x477ff000)
+		return (sign | 0x7c00);		/* overflows to infinity */
+	exp = (int)(abs >> 23) - 127;
+	if (exp < -14) {
+		/* Subnormal half: shift the implicit bit in and round. */
+		if (exp < -25)
+			return (sign);
+		man = (abs & 0x7fffff) | 0x800000;
+		int shift = -exp - 14 + 13;
+		uint32_t q = man >> shift, r = man & ((1u << shift) - 1);
+		uint32_t half = 1u << (shift - 1);
+		if (r > half || (r == half && (q & 1)))
+			q++;
+		return (sign | q);
+	}
+	man = abs & 0x7fffff;
+	rnd = man & 0x1fff;
+	man >>= 13;
+	bits = ((uint32_t)(exp + 15) << 10) | man;
+	if (rnd > 0x1000 || (rnd == 0x1000 && (man & 1)))
+		bits++;			/* may carry into the exponent: correct */
+	return (sign | bits);
+}
+
+/* Decode a brain float. */
+float
+bf16_to_f32(uint16_t h)
+{
+	uint32_t	bits = (uint32_t)h << 16;
+	float		f;
+
+	memcpy(&f, &bits, sizeof f);
+	return (f);
+}
+
+/* Encode a brain float, rounding to nearest even; NaN stays NaN. */
+uint16_t
+f32_to_bf16(float f)
+{
+	uint32_t	bits;
+
+	memcpy(&bits, &f, sizeof bits);
+	if ((bits & 0x7fffffff) > 0x7f800000)
+		return ((bits >> 16) | 0x40);
+	bits += 0x7fff + ((bits >> 16) & 1);
+	return (bits >> 16);
+}
+
+/* Little-endian 16-bit load from an unaligned pointer. */
+static inline uint16_t
+ld16(const uint8_t *p)
+{
+	return ((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+/* Code (0..63) of element e (0..255) of a Q6_K super-block. */
+static inline int
+q6k_code(const uint8_t *b, int e)
+{
+	const uint8_t	*ql = b, *qh = b + 128;
+	int		 h = e / 128, i = e % 128, l = i % 32, part = i / 32;
+	int		 lo, hi;
+
+	ql += 64 * h;
+	qh += 32 * h;
+	lo = (part & 1) ? ql[32 + l] : ql[l];
+	lo = (part & 2) ? lo >> 4 : lo & 0xf;
+	hi = (qh[l] >> (2 * part)) & 3;
+	return (lo | (hi << 4));
+}
+
+/* Code (0..15) of element e (0..255) of a Q4_K super-block. */
+static inline int
+q4k_code(const uint8_t *b, int e)
+{
+	const uint8_t	*qs = b + 16;
+	int		 j = e / 64, i = e % 64;
+
+	return (i < 32 ? qs[32 * j + i] & 0xf : qs[32 * j + i - 32] >> 4);
+}
+
+/* Decode n elements of a row of any supported type to f32. */
+void
+dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
+{
+	const uint8_t	*p = src;
+	int64_t		 i, b;
+	int		 j;
+
+	switch (type) {
+	case TT_F32:
+		memcpy(dst, src, n * sizeof *dst);
+		break;
+	case TT_F16:
+		for (i = 0; i < n; i++)
+			dst[i] = fp16_to_f32(ld16(p + 2 * i));
+		break;
+	case TT_BF16:
+		for (i = 0; i < n; i++)
+			dst[i] = bf16_to_f32(ld16(p + 2 * i));
+		break;
+	case TT_Q8_0:
+		for (b = 0; b < n / 32; b++, p += 34) {
+			float d = fp16_to_f32(ld16(p));
+			for (j = 0; j < 32; j++)
+				dst[32 * b + j] = d * (float)(int8_t)p[2 + j];
+		}
+		break;
+	case TT_Q4_0:
+		for (b = 0; b < n / 32; b++, p += 18) {
+			float d = fp16_to_f32(ld16(p));
+			for (j = 0; j < 16; j++) {
+				dst[32 * b + j] = d * (float)((p[2 + j] & 0xf) - 8);
+				dst[32 * b + j + 16] = d * (float)((p[2 + j] >> 4) - 8);
+			}
+		}
+		break;
+	case TT_Q4_K:
+		for (b = 0; b < n / 256; b++, p += 144) {
+			float	d = fp16_to_f32(ld16(p)), dmin = fp16_to_f32(ld16(p + 2));
+			uint8_t	sc[8], mn[8];
+
+			q4k_scales(p + 4, sc, mn);
+			for (j = 0; j < 256; j++)
+				dst[256 * b + j] = d * sc[j / 32] * (float)q4k_code(p, j) -
+				    dmin * mn[j / 32];
+		}
+		break;
+	case TT_Q6_K:
+		for (b = 0; b < n / 256; b++, p += 210) {
+			float d = fp16_to_f32(ld16(p + 208));
+			const int8_t *sc = (const int8_t *)(p + 192);
+
+			for (j = 0; j < 256; j++)
+				dst[256 * b + j] = d * sc[j / 16] *
+				    (float)(q6k_code(p, j) - 32);
+		}
+		break;
+	default:
+		fatalx("dequantize_row: unsupported tensor type %u", type);
+	}
+}
+
+/* Dot product of a row with x in double precision, decoding element-wise. */
+double
+dot_row_ref(uint32_t type, const void *row, const float *x, int64_t n)
+{
+	const uint8_t	*p = row;
+	double		 sum = 0;
+	int64_t		 i, b;
+	int		 j;
+
+	switch (type) {
+	case TT_F32:
+		for (i = 0; i < n; i++)
+			sum += (double)((const float *)row)[i] * x[i];
+		break;
+	case TT_F16:
+		for (i = 0; i < n; i++)
+			sum += (double)fp16_to_f32(ld16(p + 2 * i)) * x[i];
+		break;
+	case TT_BF16:
+		for (i = 0; i < n; i++)
+			sum += (double)bf16_to_f32(ld16(p + 2 * i)) * x[i];
+		break;
+	case TT_Q8_0:
+		for (b = 0; b < n / 32; b++, p += 34) {
+			double d = fp16_to_f32(ld16(p));
+			for (j = 0; j < 32; j++)
+				sum += d * (int8_t)p[2 + j] * x[32 * b + j];
+		}
+		break;
+	case TT_Q4_0:
+		for (b = 0; b < n / 32; b++, p += 18) {
+			double d = fp16_to_f32(ld16(p));
+			for (j = 0; j < 16; j++) {
+				sum += d * ((p[2 + j] & 0xf) - 8) * x[32 * b + j];
+				sum += d * ((p[2 + j] >> 4) - 8) * x[32 * b + j + 16];
+			}
+		}
+		break;
+	case TT_Q4_K:
+		for (b = 0; b < n / 256; b++, p += 144) {
+			double	d = fp16_to_f32(ld16(p)), dmin = fp16_to_f32(ld16(p + 2));
+			uint8_t	sc[8], mn[8];
+
+			q4k_scales(p + 4, sc, mn);
+			for (j = 0; j < 256; j++)
+				sum += (d * sc[j / 32] * q4k_code(p, j) -
+				    dmin * mn[j / 32]) * x[256 * b + j];
+		}
+		break;
+	case TT_Q6_K:
+		for (b = 0; b < n / 256; b++, p += 210) {
+			double d = fp16_to_f32(ld16(p + 208));
+			const int8_t *sc = (const int8_t *)(p + 192);
+
+			for (j = 0; j < 256; j++)
+				sum += d * sc[j / 16] * (q6k_code(p, j) - 32) *
+				    x[256 * b + j];
+		}
+		break;
+	default:
+		fatalx("dot_row_ref: unsupported tensor type %u", type);
+	}
+	return (sum);
+}
+
+/* Whether a type uses the integer kernels (quantized activations). */
+static int
+is_int_type(uint32_t type)
+{
+	return (type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K ||
+	    type == TT_Q6_K);
+}
+
+/* Offset of the unsigned codes the kernels use for a weight type. */
+int
+quant_code_offset(uint32_t type)
+{
+	switch (type) {
+	case TT_Q4_0:
+		return (8);
+	case TT_Q8_0:
+		return (128);	/* codes are the stored int8 plus 128 */
+	case TT_Q6_K:
+		return (32);
+	default:
+		return (0);
+	}
+}
+
+#define ALIGN64(n)	(((n) + 63) & ~(size_t)63)
+#define PAD256(n)	(((n) + 255) & ~(int64_t)255)
+
+/* Scratch bytes the prepared activations of a type need. */
+size_t
+quant_act_bytes(uint32_t type, int64_t cols, int n_tok)
+{
+	size_t	n = (size_t)PAD256(cols) * n_tok;
+
+	if (!is_int_type(type))
+		return (0);
+	return (ALIGN64(n) + ALIGN64(n / 32 * 4) + ALIGN64(n / 4 * 4) +
+	    ALIGN64(n / 4 * 4) + ALIGN64(n / 32 * 4) + 64);
+}
+
+/* Lay the activation arrays out over buf (64-byte aligned by rounding up). */
+void
+quant_act_init(struct qact *a, uint32_t type, int layout, const float *x, int64_t cols,
+    int n_tok, void *buf)
+{
+	size_t		 n = (size_t)PAD256(cols) * n_tok;
+	uint8_t		*p = buf;
+
+	memset(a, 0, sizeof *a);
+	a->cols = cols;
+	a->stride = PAD256(cols);
+	a->n_tok = n_tok;
+	a->layout = layout;
+	a->x = x;
+	if (!is_int_type(type))
+		return;
+	p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+	a->q = (int8_t *)p;
+	p += ALIGN64(n);
+	a->d = (float *)p;
+	p += ALIGN64(n / 32 * 4);
+	a->dl = (float *)p;
+	p += ALIGN64(n / 4 * 4);
+	a->bias = (int32_t *)p;
+	p += ALIGN64(n / 4 * 4);
+	a->s = (float *)p;
+}
+
+/* Stored position of element e (within its 256-element group) in a layout. */
+static inline int
+act_pos(int layout, int e)
+{
+	static const int chunk[8] = { 0, 2, 1, 3, 4, 6, 5, 7 };	/* self-inverse */
+	int		 g, k, i;
+
+	switch (layout) {
+	case ACT_Q4_0X4:
+		g = e / 128;
+		k = (e % 128) / 32;
+		i = e % 32;
+		return (128 * g + (i < 16 ? 16 * k + i : 64 + 16 * k + i - 16));
+	case ACT_Q4_KX:
+		return (32 * chunk[e / 32] + e % 32);
+	default:
+		return (e);
+	}
+}
+
+/* Where element e of a row is stored in a layout. */
+int64_t
+quant_act_pos(int layout, int64_t e)
+{
+	return (e / 256 * 256 + act_pos(layout, (int)(e % 256)));
+}
+
+/* Quantize tokens [t0, t1) of the activations in blocks of 32. */
+void
+quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)
+{
+	int64_t	 cols = a->cols, stride = a->stride, nb = stride / 32, b, l;
+	int	 off = quant_code_offset(type), t, j;
+	int	 pos[256];
+
+	if (!is_int_type(type))
+		return;
+	for (j = 0; j < 256; j++)
+		pos[j] = act_pos(a->layout, j);
+	for (t = t0; t < t1; t++) {
+		const float	*x = a->x + (size_t)t * cols;
+		int8_t		*q = a->q + (size_t)t * stride;
+		float		*d = a->d + (size_t)t * nb;
+		float		*dl = a->dl + (size_t)t * stride / 4;
+		int32_t		*bias = a->bias + (size_t)t * stride / 4;
+		float		*s = a->s + (size_t)t * nb;
+
+		for (b = 0; b < nb; b++) {
+			int8_t	*qg = q + 256 * (b / 8);
+			float	 amax = 0, id, db;
+			int	 sum = 0, e0 = 32 * (b % 8);
+
+			if (32 * b >= cols) {
+				/* Padding: zero codes, zero scale. */
+				for (j = 0; j < 32; j++)
+					qg[pos[e0 + j]] = 0;
+				d[b] = s[b] = 0;
+				continue;
+			}
+			for (j = 0; j < 32; j++) {
+				float v = fabsf(x[32 * b + j]);
+				amax = v > amax ? v : amax;
+			}
+			db = amax / 127.0f;
+			id = db > 0 ? 127.0f / amax : 0;
+			for (j = 0; j < 32; j++) {
+				int v = (int)lrintf(x[32 * b + j] * id);
+				v = v > 127 ? 127 : v < -127 ? -127 : v;
+				qg[pos[e0 + j]] = (int8_t)v;
+				sum += v;
+			}
+			d[b] = db;
+			s[b] = db * (float)sum;
+		}
+		/* Lanes: the block each belongs to and -off * its code sum. */
+		if (a->layout == ACT_Q4_0X4) {
+			for (l = 0; l < stride / 8; l++) {
+				const int8_t *g = q + 128 * (l / 16) + 4 * (l % 16);
+				int sum = 0;
+				for (j = 0; j < 4; j++)
+					sum += g[j] + g[64 + j];
+				dl[l] = d[4 * (l / 16) + (l % 16) / 4];
+				bias[l] = -off * sum;
+			}
+		} else {
+			for (l = 0; l < stride / 4; l++) {
+				const int8_t *g = q + 4 * l;
+				int e = pos[(4 * l) % 256];	/* pos is self-inverse */
+				dl[l] = d[8 * (l / 64) + e / 32];
+				bias[l] = -off * (g[0] + g[1] + g[2] + g[3]);
+			}
+		}
+	}
+}
+
+/*
+ * Portable kernels.  Integer sums per block are exact; the float
+ * accumulation runs over blocks in order, one output at a time.
+ */
+
+/* Q4_0 rows against quantized tokens. */
+static void
+scalar_q4_0(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	int64_t	nb = cols / 32, b;
+	int	i, t, j;
+
+	for (i = 0; i < mr; i++) {
+		const uint8_t *row = w + (r0 + i) * rb;
+		for (t = t0; t < t0 + nr; t++) {
+			const int8_t	*q = a->q + (size_t)t * a->stride;
+			const float	*d = a->d + (size_t)t * (a->stride / 32);
+			float		 acc = 0;
+
+			for (b = 0; b < nb; b++) {
+				const uint8_t	*p = row + 18 * b;
+				int		 isum = 0;
+
+				for (j = 0; j < 16; j++)
+					isum += ((p[2 + j] & 0xf) - 8) * q[32 * b + j] +
+					    ((p[2 + j] >> 4) - 8) * q[32 * b + j + 16];
+				acc += fp16_to_f32(ld16(p)) * d[b] * (float)isum;
+			}
+			y[(size_t)t * ldy + r0 + i] = acc;
+		}
+	}
+}
+
+/* Q8_0 rows against quantized tokens. */
+static void
+scalar_q8_0(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	int64_t	nb = cols / 32, b;
+	int	i, t, j;
+
+	for (i = 0; i < mr; i++) {
+		const uint8_t *row = w + (r0 + i) * rb;
+		for (t = t0; t < t0 + nr; t++) {
+			const int8_t	*q = a->q + (size_t)t * a->stride;
+			const float	*d = a->d + (size_t)t * (a->stride / 32);
+			float		 acc = 0;
+
+			for (b = 0; b < nb; b++) {
+				const uint8_t	*p = row + 34 * b;
+				int		 isum = 0;
+
+				for (j = 0; j < 32; j++)
+					isum += (int8_t)p[2 + j] * q[32 * b + j];
+				acc += fp16_to_f32(ld16(p)) * d[b] * (float)isum;
+			}
+			y[(size_t)t * ldy + r0 + i] = acc;
+		}
+	}
+}
+
+/* Q4_K rows against quantized tokens. */
+static void
+scalar_q4_k(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	int64_t	sb;
+	int	i, t, j, k;
+
+	for (i = 0; i < mr; i++) {
+		const uint8_t *row = w + (r0 + i) * rb;
+		for (t = t0; t < t0 + nr; t++) {
+			const int8_t	*q = a->q + (size_t)t * a->stride;
+			const float	*d = a->d + (size_t)t * (a->stride / 32);
+			const float	*s = a->s + (size_t)t * (a->stride / 32);
+			float		 acc = 0, accm = 0;
+
+			for (sb = 0; sb < cols / 256; sb++) {
+				const uint8_t	*p = row + 144 * sb;
+				float		 dd = fp16_to_f32(ld16(p));
+				float		 dmin = fp16_to_f32(ld16(p + 2));
+				uint8_t		 sc[8], mn[8];
+
+				q4k_scales(p + 4, sc, mn);
+				for (j = 0; j < 8; j++) {
+					const int8_t	*qq = q + 256 * sb + 32 * j;
+					const uint8_t	*qs = p + 16 + 32 * (j / 2);
+					int		 isum = 0, sh = 4 * (j & 1);
+
+					for (k = 0; k < 32; k++)
+						isum += ((qs[k] >> sh) & 0xf) * qq[k];
+					acc += dd * sc[j] * d[8 * sb + j] * (float)isum;
+					accm += dmin * mn[j] * s[8 * sb + j];
+				}
+			}
+			y[(size_t)t * ldy + r0 + i] = acc - accm;
+		}
+	}
+}
+
+/* Q6_K rows against quantized tokens. */
+static void
+scalar_q6_k(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	int64_t	sb;
+	int	i, t, j, k;
+
+	for (i = 0; i < mr; i++) {
+		const uint8_t *row = w + (r0 + i) * rb;
+		for (t = t0; t < t0 + nr; t++) {
+			const int8_t	*q = a->q + (size_t)t * a->stride;
+			const float	*d = a->d + (size_t)t * (a->stride / 32);
+			float		 acc = 0;
+
+			for (sb = 0; sb < cols / 256; sb++) {
+				const uint8_t	*p = row + 210 * sb;
+				const int8_t	*sc = (const int8_t *)(p + 192);
+				float		 dd = fp16_to_f32(ld16(p + 208));
+
+				for (j = 0; j < 8; j++) {
+					const int8_t	*qq = q + 256 * sb + 32 * j;
+					int		 isum = 0, s0 = 0, s1 = 0;
+
+					for (k = 0; k < 16; k++) {
+						s0 += (q6k_code(p, 32 * j + k) - 32) * qq[k];
+						s1 += (q6k_code(p, 32 * j + 16 + k) - 32) *
+						    qq[16 + k];
+					}
+					isum = sc[2 * j] * s0 + sc[2 * j + 1] * s1;
+					acc += dd * d[8 * sb + j] * (float)isum;
+				}
+			}
+			y[(size_t)t * ldy + r0 + i] = acc;
+		}
+	}
+}
+
+/* f16 to f32 table for the portable F16 kernel, built once. */
+static float		*f16_table;
+static pthread_once_t	 f16_once = PTHREAD_ONCE_INIT;
+
+/* Fill the f16 table. */
+static void
+f16_table_init(void)
+{
+	uint32_t	i;
+
+	f16_table = malloc(65536 * sizeof *f16_table);
+	if (f16_table == NULL)
+		fatal("malloc");
+	for (i = 0; i < 65536; i++)
+		f16_table[i] = fp16_to_f32(i);
+}
+
+/* Float-weight rows (F32, F16, BF16) against f32 tokens. */
+static void
+scalar_float(uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    int mr, const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	int64_t	c;
+	int	i, t, k;
+
+	for (i = 0; i < mr; i++) {
+		const uint8_t *row = w + (r0 + i) * rb;
+		for (t = t0; t < t0 + nr; t++) {
+			const float	*x = a->x + (size_t)t * cols;
+			float		 acc[8] = { 0 }, sum;
+
+			/* Eight partial sums keep the rounding error small. */
+			for (c = 0; c < cols; c += 8) {
+				for (k = 0; k < 8 && c + k < cols; k++) {
+					float v;
+					if (type == TT_F32)
+						memcpy(&v, row + 4 * (c + k), 4);
+					else if (type == TT_F16)
+						v = f16_table[ld16(row + 2 * (c + k))];
+					else
+						v = bf16_to_f32(ld16(row + 2 * (c + k)));
+					acc[k] += v * x[c + k];
+				}
+			}
+			sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+			    ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+			y[(size_t)t * ldy + r0 + i] = sum;
+		}
+	}
+}
+
+/* F32 rows. */
+static void
+scalar_f32(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	scalar_float(TT_F32, w, rb, cols, r0, mr, a, t0, nr, y, ldy);
+}
+
+/* F16 rows. */
+static void
+scalar_f16(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	scalar_float(TT_F16, w, rb, cols, r0, mr, a, t0, nr, y, ldy);
+}
+
+/* BF16 rows. */
+static void
+scalar_bf16(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	scalar_float(TT_BF16, w, rb, cols, r0, mr, a, t0, nr, y, ldy);
+}
+
+/* The portable kernel of a type. */
+struct quant_kernel
+quant_kernel_scalar(uint32_t type)
+{
+	struct quant_kernel	k = { NULL, 4, 4, ACT_NATURAL, quant_act_fill };
+
+	switch (type) {
+	case TT_F32:
+		k.fn = scalar_f32;
+		break;
+	case TT_F16:
+		pthread_once(&f16_once, f16_table_init);
+		k.fn = scalar_f16;
+		break;
+	case TT_BF16:
+		k.fn = scalar_bf16;
+		break;
+	case TT_Q8_0:
+		k.fn = scalar_q8_0;
+		break;
+	case TT_Q4_0:
+		k.fn = scalar_q4_0;
+		break;
+	case TT_Q4_K:
+		k.fn = scalar_q4_k;
+		break;
+	case TT_Q6_K:
+		k.fn = scalar_q6_k;
+		break;
+	}
+	return (k);
+}
+
+static int	forced_isa = QUANT_ISA_AUTO;
+
+/* Whether the CPU (and OS) can run a variant. */
+int
+quant_isa_supported(int isa)
+{
+	switch (isa) {
+	case QUANT_ISA_SCALAR:
+		return (1);
+#if defined(__x86_64__) || defined(__i386__)
+	case QUANT_ISA_AVX2:
+		return (__builtin_cpu_supports("avx2") &&
+		    __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"));
+	case QUANT_ISA_AVX512:
+		return (__builtin_cpu_supports("avx512f") &&
+		    __builtin_cpu_supports("avx512bw") &&
+		    __builtin_cpu_supports("avx512vl") &&
+		    __builtin_cpu_supports("avx512dq") &&
+		    __builtin_cpu_supports("avx512vnni"));
+#endif
+	default:
+		return (0);
+	}
+}
+
+/* The variant in use: forced, or the best the CPU supports. */
+int
+quant_isa(void)
+{
+	static int	best = -1;
+	int		isa;
+
+	if (forced_isa != QUANT_ISA_AUTO)
+		return (forced_isa);
+	if (best == -1) {
+		for (isa = QUANT_ISA_COUNT - 1; isa > 0; isa--)
+			if (quant_isa_supported(isa))
+				break;
+		best = isa;
+	}
+	return (best);
+}
+
+/* Force a variant (tests); -1 when the CPU lacks it. */
+int
+quant_force_isa(int isa)
+{
+	if (isa == QUANT_ISA_AUTO) {
+		forced_isa = isa;
+		return (0);
+	}
+	if (isa < 0 || isa >= QUANT_ISA_COUNT || !quant_isa_supported(isa))
+		return (-1);
+	forced_isa = isa;
+	return (0);
+}
+
+/* Name of a variant. */
+const char *
+quant_isa_name(int isa)
+{
+	static const char *names[] = { "scalar", "avx2", "avx512" };
+
+	if (isa < 0 || isa >= QUANT_ISA_COUNT)
+		return ("unknown");
+	return (names[isa]);
+}
+
+/* The kernel of a variant for a type, falling back to a lesser variant. */
+struct quant_kernel
+quant_kernel_get(int isa, uint32_t type)
+{
+	struct quant_kernel	k = { NULL, 0, 0, 0, NULL };
+
+	if (isa >= QUANT_ISA_AVX512)
+		k = quant_kernel_avx512(type);
+	if (k.fn == NULL && isa >= QUANT_ISA_AVX2)
+		k = quant_kernel_avx2(type);
+	if (k.fn == NULL)
+		k = quant_kernel_scalar(type);
+	return (k);
+}

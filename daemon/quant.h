@@ -1,0 +1,131 @@
+/* quant.h: number formats, dequantization and dot products of weight rows. */
+#ifndef PHASED_QUANT_H
+#define PHASED_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Half-precision and brain-float conversions (round to nearest even). */
+float		fp16_to_f32(uint16_t);
+uint16_t	f32_to_fp16(float);
+float		bf16_to_f32(uint16_t);
+uint16_t	f32_to_bf16(float);
+
+/* Decode n elements (a multiple of the block size) of a row to f32. */
+void	dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Dot product of a weight row and an f32 vector in double precision. */
+double	dot_row_ref(uint32_t type, const void *row, const float *x, int64_t n);
+
+/*
+ * Instruction-set variants of the kernels.  quant_isa() is the variant in
+ * use: the best the CPU has unless quant_force_isa() chose another (tests
+ * use it to reach every variant).  quant_force_isa() returns -1 when the
+ * CPU lacks the variant; QUANT_ISA_AUTO restores the automatic choice.
+ */
+enum quant_isa {
+	QUANT_ISA_AUTO = -1,
+	QUANT_ISA_SCALAR = 0,
+	QUANT_ISA_AVX2 = 1,	/* AVX2, FMA, F16C */
+	QUANT_ISA_AVX512 = 2,	/* AVX-512 F/BW/VL/DQ with VNNI */
+	QUANT_ISA_COUNT = 3,
+};
+int		 quant_isa(void);
+int		 quant_isa_supported(int isa);
+int		 quant_force_isa(int isa);
+const char	*quant_isa_name(int isa);
+
+/*
+ * Internal interface between the matrix multiplication and the per-ISA
+ * kernels.
+ *
+ * Activations for the integer kernels are quantized once per call, per
+ * token, in blocks of 32 values: q = round(x / d) in [-127, 127].  Every
+ * weight type is handled as unsigned 8-bit codes u with a constant offset
+ * (value = scale * (u - off)).  A kernel "lane" is what one 32-bit lane of
+ * vpdpbusd sums: four codes, or eight in the Q4_0 layout (two vpdpbusd
+ * into the same lane).  bias holds -off times the sum of a lane's codes, so
+ * integer multiply-adds started from the bias give the exact sum of
+ * (u - off) * q for the lane, and dl holds the block scale of each lane.
+ * s holds d * sum(q) of each block in natural order (Q4_K mins).
+ *
+ * The codes are stored in the order the kernel unpacks weights in:
+ *   ACT_NATURAL: element order; lane l is elements 4l..4l+3.
+ *   ACT_Q4_0X4:  per 128 elements (blocks k = 0..3), bytes 16k..16k+15 are
+ *	elements 0-15 of block k, bytes 64+16k.. elements 16-31; lane l of the
+ *	group is bytes 4l.. and 64+4l.. (16 lanes per 128 elements).
+ *   ACT_Q4_KX:   per 256 elements, the 32-element chunks in the order
+ *	0 2 1 3 4 6 5 7; lane l is stored bytes 4l..4l+3.
+ * Rows are padded with zeros to a multiple of 256 (stride) so kernels may
+ * read whole groups.
+ */
+enum act_layout {
+	ACT_NATURAL = 0,
+	ACT_Q4_0X4 = 1,
+	ACT_Q4_KX = 2,
+};
+
+struct qact {
+	int64_t		 cols;
+	int64_t		 stride;	/* cols rounded up to 256 */
+	int		 n_tok;
+	int		 layout;
+	const float	*x;	/* the f32 activations, n_tok x cols */
+	int8_t		*q;	/* n_tok x stride codes */
+	float		*d;	/* n_tok x stride/32 block scales */
+	float		*dl;	/* n_tok x stride/4: scale of each lane */
+	int32_t		*bias;	/* n_tok x stride/4 */
+	float		*s;	/* n_tok x stride/32: d * sum(q) */
+};
+
+/* Code offset of an integer weight type (0 for the float types). */
+int	quant_code_offset(uint32_t type);
+/* Bytes of scratch the prepared activations need. */
+size_t	quant_act_bytes(uint32_t type, int64_t cols, int n_tok);
+/* Lay the activation arrays of x out over buf. */
+void	quant_act_init(struct qact *a, uint32_t type, int layout, const float *x,
+	    int64_t cols, int n_tok, void *buf);
+/* Where element e of a row is stored in a layout. */
+int64_t	quant_act_pos(int layout, int64_t e);
+/* Quantize tokens [t0, t1). */
+void	quant_act_fill(struct qact *a, uint32_t type, int t0, int t1);
+
+/*
+ * A kernel computes Y[t][r] for rows [r0, r0 + mr) and tokens [t0, t0 + nr)
+ * with mr <= MR and nr <= NR of its variant.  Each output element is
+ * computed by the same sequence of operations whatever mr, nr, r0 and t0
+ * are, so results do not depend on the batch size or the thread split.
+ */
+typedef void (*quant_kernel_fn)(const uint8_t *w, size_t row_bytes, int64_t cols,
+    int64_t r0, int mr, const struct qact *a, int t0, int nr, float *y, int64_t ldy);
+typedef void (*quant_fill_fn)(struct qact *a, uint32_t type, int t0, int t1);
+struct quant_kernel {
+	quant_kernel_fn	 fn;
+	int		 mr, nr;
+	int		 layout;	/* enum act_layout the kernel reads */
+	quant_fill_fn	 fill;		/* faster quant_act_fill, same results */
+};
+
+/* The kernel of a variant for a type; fn is NULL when it has none. */
+struct quant_kernel	quant_kernel_get(int isa, uint32_t type);
+struct quant_kernel	quant_kernel_scalar(uint32_t type);
+struct quant_kernel	quant_kernel_avx2(uint32_t type);
+struct quant_kernel	quant_kernel_avx512(uint32_t type);
+
+/* Unpack the eight 6-bit scales and mins of a Q4_K super-block. */
+static inline void
+q4k_scales(const uint8_t *p, uint8_t *sc, uint8_t *mn)
+{
+	int	j;
+
+	for (j = 0; j < 4; j++) {
+		sc[j] = p[j] & 63;
+		mn[j] = p[j + 4] & 63;
+	}
+	for (j = 4; j < 8; j++) {
+		sc[j] = (p[j + 4] & 0xf) | ((p[j - 4] >> 6) << 4);
+		mn[j] = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+	}
+}
+
+#endif

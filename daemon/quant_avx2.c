@@ -1,0 +1,334 @@
+/*
+ * quant_avx2.c: AVX2/FMA/F16C kernels.
+ *
+ * Built with AVX2 enabled; only reached after quant_isa_supported() checked
+ * the CPU.  The structure follows quant_avx512.c with 256-bit vectors: a
+ * ymm holds 32 codes, vpmaddubsw + vpmaddwd with ones give eight 32-bit
+ * lanes of four products each (the same lanes as vpdpbusd), the lane bias
+ * removes the code offset, and the lanes are scaled and accumulated in f32.
+ * Activations are in the natural layout.  Every output element goes
+ * through the same operations whatever the tile shape.
+ */
+#include "config.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant.h"
+#include "tensor_type.h"
+
+#define MR	2
+#define NR	3
+
+#define AI	static inline __attribute__((always_inline))
+
+enum kind { K_Q4_0, K_Q8_0, K_Q4_K, K_Q6_K };
+
+/* Half at p (unaligned) to float. */
+AI float
+h2f(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, 2);
+	return (_cvtsh_ss(h));
+}
+
+/* Horizontal sum of 8 in a fixed order. */
+AI float
+hsum256(__m256 a)
+{
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	b = _mm_add_ss(b, _mm_movehdup_ps(b));
+	return (_mm_cvtss_f32(b));
+}
+
+/* Codes of Q6_K chunk m (0..7, 32 elements) of a super-block. */
+AI __m256i
+unpack_q6_k(const uint8_t *sb, int m)
+{
+	int	h = m >> 2, part = m & 3;
+	__m256i	lo = _mm256_loadu_si256((const __m256i *)(sb + 64 * h + 32 * (part & 1)));
+	__m256i	hi = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));
+	__m128i	c4 = _mm_cvtsi32_si128(4 * (part >> 1));
+	__m128i	c2 = _mm_cvtsi32_si128(2 * part);
+
+	lo = _mm256_and_si256(_mm256_srl_epi16(lo, c4), _mm256_set1_epi8(0x0f));
+	hi = _mm256_and_si256(_mm256_srl_epi16(hi, c2), _mm256_set1_epi8(0x03));
+	return (_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+}
+
+/* One tile of an integer type: one step is 32 elements. */
+AI void
+int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nb = cols / 32, stride = a->stride;
+	const int	 has_bias = kind == K_Q4_0 || kind == K_Q6_K;
+	__m256		 acc[MR][NR];
+	__m256		 ksc[MR][2];	/* K-quants: scales of the super-block */
+	__m256i		 u[MR];
+	__m256		 ws[MR];
+	__m256i		 sgn[MR];
+	const uint8_t	*row[MR];
+	const int8_t	*xq[NR];
+	const float	*dl[NR];
+	const int32_t	*bias[NR];
+	int64_t		 b;
+	int		 i, j;
+	float		 mins[kind == K_Q4_K ? MR : 1][kind == K_Q4_K ? nb : 1];
+
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++) {
+		row[i] = w + (r0 + i) * rb;
+		ksc[i][0] = ksc[i][1] = _mm256_setzero_ps();
+		sgn[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[i][j] = _mm256_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		dl[j] = a->dl + (size_t)(t0 + j) * (stride / 4);
+		bias[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (b = 0; b < nb; b++) {
+		const int m = b & 7;
+
+#pragma GCC unroll 4
+		for (i = 0; i < mr; i++) {
+			if (kind == K_Q4_0) {
+				const uint8_t *p = row[i] + 18 * b;
+				__m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+				__m256i z = _mm256_inserti128_si256(_mm256_castsi128_si256(v),
+				    _mm_srli_epi16(v, 4), 1);
+				u[i] = _mm256_and_si256(z, _mm256_set1_epi8(0x0f));
+				ws[i] = _mm256_set1_ps(h2f(p));
+			} else if (kind == K_Q8_0) {
+				const uint8_t *p = row[i] + 34 * b;
+				__m256i v = _mm256_loadu_si256((const __m256i *)(p + 2));
+				/* |w| times x with w's sign: no offset needed. */
+				u[i] = _mm256_abs_epi8(v);
+				sgn[i] = v;
+				ws[i] = _mm256_set1_ps(h2f(p));
+			} else if (kind == K_Q4_K) {
+				const uint8_t *sb = row[i] + 144 * (b >> 3);
+				if (m == 0) {
+					uint8_t sc[8], mn[8];
+					float d = h2f(sb), dmin = h2f(sb + 2);
+					int k;
+
+					q4k_scales(sb + 4, sc, mn);
+					for (k = 0; k < 8; k++)
+						mins[kind == K_Q4_K ? i : 0][b + k] = dmin * mn[k];
+					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+					    (const __m128i *)sc))), _mm256_set1_ps(d));
+				}
+				__m256i v = _mm256_loadu_si256((const __m256i *)
+				    (sb + 16 + 32 * (m >> 1)));
+				if (m & 1)
+					v = _mm256_srli_epi16(v, 4);
+				u[i] = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+				ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
+			} else {
+				const uint8_t *sb = row[i] + 210 * (b >> 3);
+				if (m == 0) {
+					__m128i s8 = _mm_loadu_si128((const __m128i *)(sb + 192));
+					__m256 d = _mm256_set1_ps(h2f(sb + 208));
+					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepi8_epi32(s8)), d);
+					ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8))), d);
+				}
+				u[i] = unpack_q6_k(sb, m);
+				/* Lanes 0-3: sub-block 2m, lanes 4-7: 2m + 1. */
+				ws[i] = _mm256_permutevar8x32_ps(ksc[i][m >> 2],
+				    _mm256_add_epi32(_mm256_set1_epi32(2 * (m & 3)),
+				    _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0)));
+			}
+		}
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			__m256i	x = _mm256_loadu_si256((const __m256i *)(xq[j] + 32 * b));
+			__m256	d = _mm256_loadu_ps(dl[j] + 8 * b);
+			__m256i	b0 = has_bias ?
+				    _mm256_loadu_si256((const __m256i *)(bias[j] + 8 * b)) :
+				    _mm256_setzero_si256();
+
+#pragma GCC unroll 4
+			for (i = 0; i < mr; i++) {
+				__m256i xs = kind == K_Q8_0 ? _mm256_sign_epi8(x, sgn[i]) : x;
+				__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], xs),
+				    _mm256_set1_epi16(1));
+				if (has_bias)
+					s = _mm256_add_epi32(s, b0);
+				acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+				    _mm256_mul_ps(ws[i], d), acc[i][j]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++) {
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			float v = hsum256(acc[i][j]);
+
+			if (kind == K_Q4_K) {
+				const float	*s = a->s + (size_t)(t0 + j) * (stride / 32);
+				const float	*mn = mins[kind == K_Q4_K ? i : 0];
+				__m256		 am = _mm256_setzero_ps();
+				int64_t		 k;
+
+				for (k = 0; k < nb; k += 8)
+					am = _mm256_fmadd_ps(_mm256_loadu_ps(mn + k),
+					    _mm256_loadu_ps(s + k), am);
+				v -= hsum256(am);
+			}
+			y[(size_t)(t0 + j) * ldy + r0 + i] = v;
+		}
+	}
+}
+
+/*
+ * Instantiate the tile shapes; one token (decode) or a partial row tile goes
+ * one row at a time, so the weights stream sequentially.
+ */
+#define DISPATCH(fn, tile, kind)					\
+static void								\
+fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	int	i;							\
+									\
+	if (mr == MR && nr > 1) {					\
+		switch (nr) {						\
+		case 1: tile(kind, w, rb, cols, r0, MR, a, t0, 1, y, ldy); return; \
+		case 2: tile(kind, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
+		default: tile(kind, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
+		}							\
+	}								\
+	for (i = 0; i < mr; i++) {					\
+		switch (nr) {						\
+		case 1: tile(kind, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
+		case 2: tile(kind, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
+		default: tile(kind, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
+		}							\
+	}								\
+}
+
+DISPATCH(avx2_q4_0, int_tile, K_Q4_0)
+DISPATCH(avx2_q8_0, int_tile, K_Q8_0)
+DISPATCH(avx2_q4_k, int_tile, K_Q4_K)
+DISPATCH(avx2_q6_k, int_tile, K_Q6_K)
+
+/* 8 weights of a float row at column c as f32; past the end reads zeros. */
+AI __m256
+load_w(uint32_t type, const uint8_t *row, int64_t c, int64_t cols)
+{
+	int64_t		 n = cols - c, size = type == TT_F32 ? 4 : 2;
+	const uint8_t	*p = row + size * c;
+	uint8_t		 tmp[32];
+
+	if (n < 8) {
+		memset(tmp, 0, sizeof tmp);
+		memcpy(tmp, p, n * size);
+		p = tmp;
+	}
+	if (type == TT_F32)
+		return (_mm256_loadu_ps((const float *)p));
+	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	if (type == TT_F16)
+		return (_mm256_cvtph_ps(h));
+	return (_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+}
+
+/* 8 activations at column c; past the end reads zeros. */
+AI __m256
+load_x(const float *x, int64_t c, int64_t cols)
+{
+	if (cols - c < 8) {
+		float tmp[8] = { 0 };
+		memcpy(tmp, x + c, (cols - c) * sizeof *x);
+		return (_mm256_loadu_ps(tmp));
+	}
+	return (_mm256_loadu_ps(x + c));
+}
+
+/* One tile of a float type: f32 multiply-adds, 8 columns at a time. */
+AI void
+float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	__m256		 acc[MR][NR], wv[MR];
+	const uint8_t	*row[MR];
+	const float	*x[NR];
+	int64_t		 c;
+	int		 i, j;
+
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++) {
+		row[i] = w + (r0 + i) * rb;
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[i][j] = _mm256_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++)
+		x[j] = a->x + (size_t)(t0 + j) * cols;
+	for (c = 0; c < cols; c += 8) {
+#pragma GCC unroll 4
+		for (i = 0; i < mr; i++)
+			wv[i] = load_w(type, row[i], c, cols);
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			__m256 xv = load_x(x[j], c, cols);
+#pragma GCC unroll 4
+			for (i = 0; i < mr; i++)
+				acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+		}
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++)
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum256(acc[i][j]);
+}
+
+DISPATCH(avx2_f32, float_tile, TT_F32)
+DISPATCH(avx2_f16, float_tile, TT_F16)
+DISPATCH(avx2_bf16, float_tile, TT_BF16)
+
+/* The AVX2 kernel of a type. */
+struct quant_kernel
+quant_kernel_avx2(uint32_t type)
+{
+	struct quant_kernel	k = { NULL, MR, NR, ACT_NATURAL, quant_act_fill };
+
+	switch (type) {
+	case TT_F32:
+		k.fn = avx2_f32;
+		break;
+	case TT_F16:
+		k.fn = avx2_f16;
+		break;
+	case TT_BF16:
+		k.fn = avx2_bf16;
+		break;
+	case TT_Q4_0:
+		k.fn = avx2_q4_0;
+		break;
+	case TT_Q8_0:
+		k.fn = avx2_q8_0;
+		break;
+	case TT_Q4_K:
+		k.fn = avx2_q4_k;
+		break;
+	case TT_Q6_K:
+		k.fn = avx2_q6_k;
+		break;
+	}
+	return (k);
+}

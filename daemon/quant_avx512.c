@@ -1,0 +1,592 @@
+/*
+ * quant_avx512.c: AVX-512 kernels (VNNI for the integer types).
+ *
+ * Built with AVX-512 enabled; only reached after quant_isa_supported()
+ * checked the CPU.  A tile is up to MR rows by NR tokens; its accumulators
+ * stay in registers while the columns are walked one step at a time.  Every
+ * output element goes through the same operations in the same order
+ * whatever the tile shape, so results do not depend on the batch.
+ *
+ * Integer types: a zmm holds 64 unsigned weight codes; vpdpbusd multiplies
+ * them with 64 activation codes into 16 lanes of four products each,
+ * starting from the activation bias (-offset * sum of the lane's codes), so
+ * each lane is an exact integer sum.  The lane is then scaled by (weight
+ * scale of its sub-block) * (activation scale of its block) and accumulated
+ * in f32.  Q4_0 gathers four 18-byte blocks with vpermt2w into two code
+ * vectors that share lane scales (activations in ACT_Q4_0X4 order); Q4_K
+ * uses its nibble planes as they are (ACT_Q4_KX order) and subtracts the
+ * mins in a short pass per output.
+ *
+ * Float types: f32 multiply-adds (F16 through F16C, BF16 by shifting),
+ * exact in the weights and activations.
+ */
+#include "config.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant.h"
+#include "tensor_type.h"
+
+#define MR	4
+#define NR	4
+#define FNR	6	/* tokens per tile of the float types */
+
+/*
+ * Software prefetch distance.  A decode tile (one token) walks one row at a
+ * time so the weights are a single sequential stream, which the hardware
+ * prefetcher follows far better than several interleaved short rows; a
+ * prefetch a few KB ahead then helps on top.  Larger tiles (prefill) fetch
+ * the next tiles instead.
+ */
+#define PF_DIST(kind, mr, rb)						\
+	((mr) == 1 ? ((kind) == K_Q4_0 || (kind) == K_Q8_0 ? 2048 : 4096) :	\
+	    2 * (mr) * (rb))
+
+#define AI	static inline __attribute__((always_inline))
+
+enum kind { K_Q4_0, K_Q8_0, K_Q4_K, K_Q6_K };
+
+/* Half at p (unaligned) to float. */
+AI float
+h2f(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, 2);
+	return (_cvtsh_ss(h));
+}
+
+/* Byte mask of the first n (0..64) bytes. */
+AI __mmask64
+bytes_mask(int64_t n)
+{
+	return (n >= 64 ? ~0ULL : n <= 0 ? 0 : (1ULL << n) - 1);
+}
+
+/*
+ * Codes and lane scales of group g (blocks 4g..4g+3) of a Q4_0 row with nb
+ * blocks.  vpermt2w gathers the four blocks' 16 nibble bytes (words 9k+1..
+ * 9k+8 of the 72 bytes) into one zmm and their scales (word 9k) into lanes
+ * [d0 x4, d1 x4, d2 x4, d3 x4]; missing blocks of a last partial group read
+ * as zero through the masked loads.
+ */
+AI void
+unpack_q4_0(const uint8_t *row, int64_t g, int64_t nb, __m512i *lo, __m512i *hi,
+    __m512 *s)
+{
+	const uint8_t	*b = row + 72 * g;
+	int64_t		 n = (nb - 4 * g) * 18;
+	const __m512i	 iq = _mm512_set_epi16(
+	    35, 34, 33, 32, 31, 30, 29, 28, 26, 25, 24, 23, 22, 21, 20, 19,
+	    17, 16, 15, 14, 13, 12, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1);
+	const __m512i	 is = _mm512_set_epi16(
+	    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	    27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+	__m512i		 A, B, q;
+
+	if (n >= 72) {
+		A = _mm512_loadu_si512((const void *)b);
+		B = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(b + 64)));
+	} else {
+		A = _mm512_maskz_loadu_epi8(bytes_mask(n), b);
+		B = _mm512_maskz_loadu_epi8(bytes_mask(n - 64), b + 64);
+	}
+	q = _mm512_permutex2var_epi16(A, iq, B);
+	*lo = _mm512_and_si512(q, _mm512_set1_epi8(0x0f));
+	*hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0f));
+	*s = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(A, is, B)));
+}
+
+/* 64 codes (int8 + 128) and lane scales of pair p of a Q8_0 row. */
+AI void
+unpack_q8_0(const uint8_t *row, int64_t p, int64_t nb, __m512i *u, __m512 *s)
+{
+	const uint8_t	*b = row + 68 * p;
+	int		 two = nb - 2 * p >= 2;
+	const __m512i	 is = _mm512_set_epi16(
+	    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	    17, 17, 17, 17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+	__m512i		 A, z;
+
+	A = _mm512_maskz_loadu_epi8(two ? ~0ULL : bytes_mask(34), b);
+	z = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b + 2)));
+	z = _mm512_inserti64x4(z, _mm256_maskz_loadu_epi8(two ? ~0U : 0, b + 36), 1);
+	*u = _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
+	*s = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(is, A)));
+}
+
+/*
+ * Codes of step jj (0..3) of a Q4_K super-block in the ACT_Q4_KX order:
+ * bytes 64h..64h+63 of qs hold chunks (4h, 4h+2) in their low nibbles and
+ * (4h+1, 4h+3) in their high nibbles.
+ */
+AI __m512i
+unpack_q4_k(const uint8_t *sb, int jj)
+{
+	__m512i	v = _mm512_loadu_si512((const void *)(sb + 16 + 64 * (jj >> 1)));
+
+	if (jj & 1)
+		v = _mm512_srli_epi16(v, 4);
+	return (_mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+}
+
+/* Codes (0..63) of pair j (0..3) of a Q6_K super-block. */
+AI __m512i
+unpack_q6_k(const uint8_t *sb, int j)
+{
+	int	 h = j >> 1, hi = j & 1;
+	__m512i	 ql = _mm512_loadu_si512((const void *)(sb + 64 * h));
+	__m256i	 v = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));
+	__m512i	 qh = _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1);
+	__m512i	 lo, top;
+
+	/*
+	 * Elements 0-31 of the pair come from bytes ql[0..31], 32-63 from
+	 * ql[32..63]; the low pair uses the low nibbles and qh bits 0-1 / 2-3,
+	 * the high pair the high nibbles and qh bits 4-5 / 6-7.
+	 */
+	if (hi) {
+		lo = _mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0f));
+		top = _mm512_srlv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0));
+	} else {
+		lo = _mm512_and_si512(ql, _mm512_set1_epi8(0x0f));
+		top = _mm512_sllv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4));
+	}
+	return (_mm512_ternarylogic_epi32(lo, top, _mm512_set1_epi8(0x30), 0xf8));
+}
+
+/* The eight 6-bit scales and mins of a Q4_K super-block, as bytes. */
+AI void
+q4k_scales_fast(const uint8_t *p, uint64_t *sc, uint64_t *mn)
+{
+	uint32_t	w0, w1, w2;
+
+	memcpy(&w0, p, 4);
+	memcpy(&w1, p + 4, 4);
+	memcpy(&w2, p + 8, 4);
+	*sc = (w0 & 0x3f3f3f3f) | (uint64_t)((w2 & 0x0f0f0f0f) |
+	    ((w0 >> 2) & 0x30303030)) << 32;
+	*mn = (w1 & 0x3f3f3f3f) | (uint64_t)(((w2 >> 4) & 0x0f0f0f0f) |
+	    ((w1 >> 2) & 0x30303030)) << 32;
+}
+
+/* Horizontal sum in a fixed order. */
+AI float
+hsum512(__m512 v)
+{
+	__m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	b = _mm_add_ss(b, _mm_movehdup_ps(b));
+	return (_mm_cvtss_f32(b));
+}
+
+/* Horizontal sum of 8 in a fixed order. */
+AI float
+hsum256(__m256 a)
+{
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	b = _mm_add_ss(b, _mm_movehdup_ps(b));
+	return (_mm_cvtss_f32(b));
+}
+
+/*
+ * One tile of an integer type: mr rows by nr tokens (compile-time).  A step
+ * is 128 elements for Q4_0 (two code vectors share the lane scales) and 64
+ * for the others.
+ */
+AI void
+int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nb = cols / 32, stride = a->stride;
+	const int64_t	 nsteps = kind == K_Q4_0 ? (nb + 3) / 4 : (nb + 1) / 2;
+	const int	 has_bias = kind != K_Q4_K;
+	const int	 step_bytes = kind == K_Q4_0 ? 72 : kind == K_Q8_0 ? 68 :
+			    kind == K_Q4_K ? 36 : 52;	/* Q6_K: 210 / 4 */
+	__m512		 acc[MR][NR];
+	__m512		 ksc[MR];	/* K-quants: scales of the super-block */
+	__m512i		 u[MR], u2[MR];
+	__m512		 ws[MR];
+	const uint8_t	*row[MR];
+	const int8_t	*xq[NR];
+	const float	*dl[NR];
+	const int32_t	*bias[NR];
+	int64_t		 p;
+	int		 i, j;
+	/* Q4_K: dmin * min of every sub-block, for the pass after the loop. */
+	float		 mins[kind == K_Q4_K ? MR : 1][kind == K_Q4_K ? nb : 1];
+
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++) {
+		row[i] = w + (r0 + i) * rb;
+		ksc[i] = _mm512_setzero_ps();
+		u2[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		dl[j] = a->dl + (size_t)(t0 + j) * (stride / 4);
+		bias[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (p = 0; p < nsteps; p++) {
+		const int	jj = p & 3;
+
+		/*
+		 * Rows are contiguous, so the tiles that follow start mr rows
+		 * on: fetch ahead at the same offset (the hardware prefetcher
+		 * alone stalls on these short rows).
+		 */
+#pragma GCC unroll 4
+		for (i = 0; i < mr; i++)
+			_mm_prefetch((const char *)row[i] + PF_DIST(kind, mr, rb) +
+			    step_bytes * p, _MM_HINT_T0);
+#pragma GCC unroll 4
+		for (i = 0; i < mr; i++) {
+			if (kind == K_Q4_0)
+				unpack_q4_0(row[i], p, nb, &u[i], &u2[i], &ws[i]);
+			else if (kind == K_Q8_0)
+				unpack_q8_0(row[i], p, nb, &u[i], &ws[i]);
+			else if (kind == K_Q4_K) {
+				const uint8_t *sb = row[i] + 144 * (p >> 2);
+				if (jj == 0) {
+					uint64_t sc, mn;
+					__m256 f;
+
+					q4k_scales_fast(sb + 4, &sc, &mn);
+					f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+					    _mm_cvtsi64_si128((long long)sc)));
+					ksc[i] = _mm512_castps256_ps512(
+					    _mm256_mul_ps(f, _mm256_set1_ps(h2f(sb))));
+					f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+					    _mm_cvtsi64_si128((long long)mn)));
+					_mm256_storeu_ps(&mins[kind == K_Q4_K ? i : 0][2 * p],
+					    _mm256_mul_ps(f, _mm256_set1_ps(h2f(sb + 2))));
+				}
+				u[i] = unpack_q4_k(sb, jj);
+				/* Step jj holds chunks c and c + 2, c = 4(jj/2) + jj%2. */
+				ws[i] = _mm512_permutexvar_ps(_mm512_set_epi32(
+				    2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0) +
+				    _mm512_set1_epi32(4 * (jj >> 1) + (jj & 1)), ksc[i]);
+			} else {
+				const uint8_t *sb = row[i] + 210 * (p >> 2);
+				if (jj == 0) {
+					__m128i s8 = _mm_loadu_si128((const __m128i *)(sb + 192));
+					ksc[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(
+					    _mm512_cvtepi8_epi32(s8)), _mm512_set1_ps(h2f(sb + 208)));
+				}
+				u[i] = unpack_q6_k(sb, jj);
+				/* Lane l is sub-block 4 * jj + l / 4. */
+				ws[i] = _mm512_permutexvar_ps(_mm512_add_epi32(
+				    _mm512_set1_epi32(4 * jj), _mm512_srli_epi32(
+				    _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+				    5, 4, 3, 2, 1, 0), 2)), ksc[i]);
+			}
+		}
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			const int64_t	xo = kind == K_Q4_0 ? 128 * p : 64 * p;
+			__m512i		x = _mm512_load_si512(xq[j] + xo);
+			__m512i		x2 = kind == K_Q4_0 ?
+					    _mm512_load_si512(xq[j] + xo + 64) :
+					    _mm512_setzero_si512();
+			__m512		d = _mm512_loadu_ps(dl[j] + 16 * p);
+			__m512i		b0 = has_bias ?
+					    _mm512_loadu_si512(bias[j] + 16 * p) :
+					    _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+			for (i = 0; i < mr; i++) {
+				__m512i	 s = _mm512_dpbusd_epi32(b0, u[i], x);
+				if (kind == K_Q4_0)
+					s = _mm512_dpbusd_epi32(s, u2[i], x2);
+				__m512	 f = _mm512_cvtepi32_ps(s);
+				acc[i][j] = _mm512_fmadd_ps(f, _mm512_mul_ps(ws[i], d), acc[i][j]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++) {
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			float v = hsum512(acc[i][j]);
+
+			if (kind == K_Q4_K) {
+				const float	*s = a->s + (size_t)(t0 + j) * (stride / 32);
+				const float	*m = mins[kind == K_Q4_K ? i : 0];
+				__m256		 am = _mm256_setzero_ps();
+				int64_t		 k;
+
+				for (k = 0; k < nb; k += 8)
+					am = _mm256_fmadd_ps(_mm256_loadu_ps(m + k),
+					    _mm256_loadu_ps(s + k), am);
+				v -= hsum256(am);
+			}
+			y[(size_t)(t0 + j) * ldy + r0 + i] = v;
+		}
+	}
+}
+
+/*
+ * Instantiate a tile shape for each (mr, nr); a single token, or rows short
+ * of a full tile, go one row at a time.
+ */
+#define DISPATCH(fn, kind)						\
+static void								\
+fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	int	i;							\
+									\
+	if (mr == MR && nr > 1) {					\
+		switch (nr) {						\
+		case 1: int_tile(kind, w, rb, cols, r0, MR, a, t0, 1, y, ldy); return; \
+		case 2: int_tile(kind, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
+		case 3: int_tile(kind, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
+		default: int_tile(kind, w, rb, cols, r0, MR, a, t0, 4, y, ldy); return; \
+		}							\
+	}								\
+	for (i = 0; i < mr; i++) {					\
+		switch (nr) {						\
+		case 1: int_tile(kind, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
+		case 2: int_tile(kind, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
+		case 3: int_tile(kind, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
+		default: int_tile(kind, w, rb, cols, r0 + i, 1, a, t0, 4, y, ldy); break; \
+		}							\
+	}								\
+}
+
+DISPATCH(avx512_q4_0, K_Q4_0)
+DISPATCH(avx512_q8_0, K_Q8_0)
+DISPATCH(avx512_q4_k, K_Q4_K)
+DISPATCH(avx512_q6_k, K_Q6_K)
+
+/* 16 weights of a float row at column c as f32 (masked past the end). */
+AI __m512
+load_w(uint32_t type, const uint8_t *row, int64_t c, __mmask16 m)
+{
+	if (type == TT_F32)
+		return (_mm512_maskz_loadu_ps(m, row + 4 * c));
+	__m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * c);
+	if (type == TT_F16)
+		return (_mm512_cvtph_ps(h));
+	return (_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+}
+
+/* One tile of a float type: f32 multiply-adds, 16 columns at a time. */
+AI void
+float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	__m512		 acc[MR][FNR], wv[MR];
+	const uint8_t	*row[MR];
+	const float	*x[FNR];
+	int64_t		 c;
+	int		 i, j;
+
+#pragma GCC unroll 6
+	for (i = 0; i < mr; i++) {
+		row[i] = w + (r0 + i) * rb;
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++)
+		x[j] = a->x + (size_t)(t0 + j) * cols;
+	for (c = 0; c < cols; c += 16) {
+		__mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16)((1u << (cols - c)) - 1);
+
+#pragma GCC unroll 6
+		for (i = 0; i < mr; i++) {
+			/* The next tile, a tile ahead (see int_tile). */
+			_mm_prefetch((const char *)row[i] + PF_DIST(K_Q6_K, mr, rb) +
+			    (type == TT_F32 ? 4 : 2) * c, _MM_HINT_T0);
+			wv[i] = load_w(type, row[i], c, m);
+		}
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++) {
+			__m512 xv = _mm512_maskz_loadu_ps(m, x[j] + c);
+#pragma GCC unroll 6
+			for (i = 0; i < mr; i++)
+				acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+		}
+	}
+#pragma GCC unroll 6
+	for (i = 0; i < mr; i++)
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum512(acc[i][j]);
+}
+
+#define FDISPATCH(fn, type)						\
+static void								\
+fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	int	i;							\
+									\
+	if (mr == MR && nr > 1) {					\
+		switch (nr) {						\
+		case 1: float_tile(type, w, rb, cols, r0, MR, a, t0, 1, y, ldy); return; \
+		case 2: float_tile(type, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
+		case 3: float_tile(type, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
+		case 4: float_tile(type, w, rb, cols, r0, MR, a, t0, 4, y, ldy); return; \
+		case 5: float_tile(type, w, rb, cols, r0, MR, a, t0, 5, y, ldy); return; \
+		default: float_tile(type, w, rb, cols, r0, MR, a, t0, 6, y, ldy); return; \
+		}							\
+	}								\
+	for (i = 0; i < mr; i++) {					\
+		switch (nr) {						\
+		case 1: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
+		case 2: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
+		case 3: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
+		case 4: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 4, y, ldy); break; \
+		case 5: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 5, y, ldy); break; \
+		default: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 6, y, ldy); break; \
+		}							\
+	}								\
+}
+
+FDISPATCH(avx512_f32, TT_F32)
+FDISPATCH(avx512_f16, TT_F16)
+FDISPATCH(avx512_bf16, TT_BF16)
+
+/*
+ * quant_act_fill with AVX-512: the same arithmetic (max, 127 / max, round to
+ * nearest even, integer sums), so the same codes and scales.
+ */
+static void
+avx512_act_fill(struct qact *a, uint32_t type, int t0, int t1)
+{
+	static const int chunk[8] = { 0, 2, 1, 3, 4, 6, 5, 7 };
+	const int64_t	 cols = a->cols, stride = a->stride, nb = stride / 32;
+	const int	 off = quant_code_offset(type);
+	const __m512i	 ones = _mm512_set1_epi8(1);
+	int64_t		 b, g;
+	int		 t, h;
+
+	for (t = t0; t < t1; t++) {
+		const float	*x = a->x + (size_t)t * cols;
+		int8_t		*q = a->q + (size_t)t * stride;
+		float		*d = a->d + (size_t)t * nb;
+		float		*dl = a->dl + (size_t)t * stride / 4;
+		int32_t		*bias = a->bias + (size_t)t * stride / 4;
+		float		*s = a->s + (size_t)t * nb;
+
+		for (b = 0; b < nb; b++) {
+			int64_t	 base = 256 * (b / 8), e0 = 32 * (b % 8), pos[2];
+			__m128i	 c[2];
+			float	 amax, db, id;
+
+			for (h = 0; h < 2; h++) {
+				int64_t e = e0 + 16 * h;
+				if (a->layout == ACT_Q4_0X4)
+					pos[h] = 128 * (e / 128) + (e % 32 < 16 ?
+					    16 * ((e % 128) / 32) :
+					    64 + 16 * ((e % 128) / 32));
+				else if (a->layout == ACT_Q4_KX)
+					pos[h] = 32 * chunk[e / 32] + e % 32;
+				else
+					pos[h] = e;
+			}
+			if (32 * b >= cols) {
+				_mm_storeu_si128((__m128i *)(q + base + pos[0]), _mm_setzero_si128());
+				_mm_storeu_si128((__m128i *)(q + base + pos[1]), _mm_setzero_si128());
+				d[b] = s[b] = 0;
+				continue;
+			}
+			__m512 x0 = _mm512_loadu_ps(x + 32 * b);
+			__m512 x1 = _mm512_loadu_ps(x + 32 * b + 16);
+			amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0),
+			    _mm512_abs_ps(x1)));
+			db = amax / 127.0f;
+			id = db > 0 ? 127.0f / amax : 0;
+			__m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+			__m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+			int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+			c[0] = _mm512_cvtsepi32_epi8(q0);
+			c[1] = _mm512_cvtsepi32_epi8(q1);
+			_mm_storeu_si128((__m128i *)(q + base + pos[0]), c[0]);
+			_mm_storeu_si128((__m128i *)(q + base + pos[1]), c[1]);
+			d[b] = db;
+			s[b] = db * (float)sum;
+		}
+		if (a->layout == ACT_Q4_0X4) {
+			for (g = 0; g < stride / 128; g++) {
+				__m512i	sm = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones,
+				    _mm512_load_si512(q + 128 * g));
+				sm = _mm512_dpbusd_epi32(sm, ones, _mm512_load_si512(q + 128 * g + 64));
+				_mm512_storeu_si512(bias + 16 * g,
+				    _mm512_mullo_epi32(sm, _mm512_set1_epi32(-off)));
+				_mm512_storeu_ps(dl + 16 * g, _mm512_permutexvar_ps(
+				    _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+				    _mm512_maskz_loadu_ps(0xf, d + 4 * g)));
+			}
+		} else {
+			for (g = 0; g < stride / 64; g++) {
+				int64_t	ca = 2 * g, cb = 2 * g + 1, ba, bb;
+				__m512i	sm = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones,
+				    _mm512_load_si512(q + 64 * g));
+
+				_mm512_storeu_si512(bias + 16 * g,
+				    _mm512_mullo_epi32(sm, _mm512_set1_epi32(-off)));
+				if (a->layout == ACT_Q4_KX) {
+					ba = 8 * (ca / 8) + chunk[ca % 8];
+					bb = 8 * (cb / 8) + chunk[cb % 8];
+				} else {
+					ba = ca;
+					bb = cb;
+				}
+				_mm512_storeu_ps(dl + 16 * g, _mm512_insertf32x8(
+				    _mm512_set1_ps(d[ba]), _mm256_set1_ps(d[bb]), 1));
+			}
+		}
+	}
+}
+
+/* The AVX-512 kernel of a type. */
+struct quant_kernel
+quant_kernel_avx512(uint32_t type)
+{
+	struct quant_kernel	k = { NULL, MR, NR, ACT_NATURAL, quant_act_fill };
+
+	switch (type) {
+	case TT_F32:
+		k.fn = avx512_f32;
+		k.nr = FNR;
+		break;
+	case TT_F16:
+		k.fn = avx512_f16;
+		k.nr = FNR;
+		break;
+	case TT_BF16:
+		k.fn = avx512_bf16;
+		k.nr = FNR;
+		break;
+	case TT_Q4_0:
+		k.fn = avx512_q4_0;
+		k.layout = ACT_Q4_0X4;
+		k.fill = avx512_act_fill;
+		break;
+	case TT_Q8_0:
+		k.fn = avx512_q8_0;
+		k.fill = avx512_act_fill;
+		break;
+	case TT_Q4_K:
+		k.fn = avx512_q4_k;
+		k.layout = ACT_Q4_KX;
+		k.fill = avx512_act_fill;
+		break;
+	case TT_Q6_K:
+		k.fn = avx512_q6_k;
+		k.fill = avx512_act_fill;
+		break;
+	}
+	return (k);
+}

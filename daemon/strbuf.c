@@ -1,0 +1,265 @@
+/* strbuf.c: a growable byte buffer and JSON string escaping. */
+#include "config.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "strbuf.h"
+#include "util.h"
+
+/* Make an empty buffer. */
+void
+strbuf_init(struct strbuf *sb)
+{
+	sb->buf = NULL;
+	sb->len = sb->cap = 0;
+}
+
+/* Release the memory and leave an empty buffer. */
+void
+strbuf_free(struct strbuf *sb)
+{
+	free(sb->buf);
+	strbuf_init(sb);
+}
+
+/* Empty the buffer but keep its memory for reuse. */
+void
+strbuf_reset(struct strbuf *sb)
+{
+	sb->len = 0;
+	if (sb->buf != NULL)
+		sb->buf[0] = '\0';
+}
+
+/* Return the contents as a C string. */
+const char *
+strbuf_str(const struct strbuf *sb)
+{
+	return (sb->buf != NULL ? sb->buf : "");
+}
+
+/* Give the string to the caller and empty the buffer. */
+char *
+strbuf_detach(struct strbuf *sb, size_t *lenp)
+{
+	char	*s;
+
+	if (sb->buf == NULL)
+		s = xstrdup("");
+	else
+		s = sb->buf;
+	if (lenp != NULL)
+		*lenp = sb->len;
+	strbuf_init(sb);
+	return (s);
+}
+
+/* Make room for more bytes plus the terminating NUL. */
+void
+strbuf_reserve(struct strbuf *sb, size_t more)
+{
+	size_t	need, cap;
+
+	if (more > SIZE_MAX / 2 - sb->len)
+		fatalx("strbuf: %zu more bytes past %zu would overflow", more,
+		    sb->len);
+	need = sb->len + more + 1;
+	if (need <= sb->cap)
+		return;
+	cap = sb->cap != 0 ? sb->cap : 256;
+	while (cap < need)
+		cap *= 2;
+	sb->buf = xreallocarray(sb->buf, cap, 1);
+	sb->cap = cap;
+}
+
+/* Append n bytes. */
+void
+strbuf_add(struct strbuf *sb, const void *p, size_t n)
+{
+	strbuf_reserve(sb, n);
+	if (n != 0)
+		memcpy(sb->buf + sb->len, p, n);
+	sb->len += n;
+	sb->buf[sb->len] = '\0';
+}
+
+/* Append a C string. */
+void
+strbuf_adds(struct strbuf *sb, const char *s)
+{
+	strbuf_add(sb, s, strlen(s));
+}
+
+/* Append one byte. */
+void
+strbuf_addc(struct strbuf *sb, char c)
+{
+	strbuf_add(sb, &c, 1);
+}
+
+/* Append printf-formatted text. */
+void
+strbuf_printf(struct strbuf *sb, const char *fmt, ...)
+{
+	va_list	ap;
+	int	n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		fatalx("strbuf_printf: bad format '%s'", fmt);
+	strbuf_reserve(sb, (size_t)n);
+	va_start(ap, fmt);
+	vsnprintf(sb->buf + sb->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	sb->len += (size_t)n;
+}
+
+/* Decode one strict UTF-8 sequence; its length, or 0 when invalid. */
+size_t
+utf8_valid_len(const unsigned char *s, size_t n, unsigned int *cp)
+{
+	unsigned int	c, min;
+	size_t		len, i;
+
+	if (n == 0)
+		return (0);
+	c = s[0];
+	if (c < 0x80) {
+		*cp = c;
+		return (1);
+	}
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+		c &= 0x1f;
+		min = 0x80;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3;
+		c &= 0x0f;
+		min = 0x800;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4;
+		c &= 0x07;
+		min = 0x10000;
+	} else
+		return (0);	/* continuation byte, 0xc0/0xc1 or 0xf5.. */
+	if (len > n)
+		return (0);
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return (0);
+		c = (c << 6) | (s[i] & 0x3f);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return (0);
+	*cp = c;
+	return (len);
+}
+
+/* Append a JSON string literal with everything escaped that must be. */
+void
+strbuf_json_stringn(struct strbuf *sb, const char *s, size_t n)
+{
+	const unsigned char	*p = (const unsigned char *)s;
+	size_t			 i, run, len;
+	unsigned int		 cp;
+
+	strbuf_addc(sb, '"');
+	i = 0;
+	while (i < n) {
+		/* Copy runs of plain printable ASCII in one go. */
+		run = i;
+		while (run < n && p[run] >= 0x20 && p[run] < 0x7f &&
+		    p[run] != '"' && p[run] != '\\')
+			run++;
+		if (run != i) {
+			strbuf_add(sb, p + i, run - i);
+			i = run;
+			continue;
+		}
+		switch (p[i]) {
+		case '"':
+			strbuf_adds(sb, "\\\"");
+			i++;
+			continue;
+		case '\\':
+			strbuf_adds(sb, "\\\\");
+			i++;
+			continue;
+		case '\b':
+			strbuf_adds(sb, "\\b");
+			i++;
+			continue;
+		case '\f':
+			strbuf_adds(sb, "\\f");
+			i++;
+			continue;
+		case '\n':
+			strbuf_adds(sb, "\\n");
+			i++;
+			continue;
+		case '\r':
+			strbuf_adds(sb, "\\r");
+			i++;
+			continue;
+		case '\t':
+			strbuf_adds(sb, "\\t");
+			i++;
+			continue;
+		}
+		if (p[i] < 0x20 || p[i] == 0x7f) {
+			strbuf_printf(sb, "\\u%04x", p[i]);
+			i++;
+			continue;
+		}
+		if ((len = utf8_valid_len(p + i, n - i, &cp)) == 0) {
+			/* One replacement per bad byte keeps resync simple. */
+			strbuf_adds(sb, "\\ufffd");
+			i++;
+			continue;
+		}
+		if (cp == 0x2028 || cp == 0x2029)
+			strbuf_printf(sb, "\\u%04x", cp);
+		else
+			strbuf_add(sb, p + i, len);
+		i += len;
+	}
+	strbuf_addc(sb, '"');
+}
+
+/* Append a NUL-terminated string as a JSON string literal (or null). */
+void
+strbuf_json_string(struct strbuf *sb, const char *s)
+{
+	if (s == NULL)
+		strbuf_adds(sb, "null");
+	else
+		strbuf_json_stringn(sb, s, strlen(s));
+}
+
+/* Append a double as a JSON number in its shortest round-trip form. */
+void
+strbuf_json_double(struct strbuf *sb, double v)
+{
+	char	tmp[64];
+	int	prec;
+
+	if (!isfinite(v)) {
+		strbuf_adds(sb, "null");
+		return;
+	}
+	for (prec = 15; prec <= 17; prec++) {
+		snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+		if (strtod(tmp, NULL) == v)
+			break;
+	}
+	strbuf_adds(sb, tmp);
+}

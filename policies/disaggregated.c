@@ -1,0 +1,162 @@
+/*
+ * disaggregated.c: DistServe style prefill/decode disaggregation.
+ *
+ * The model instance runs on at least two device groups, one with role
+ * PREFILL and one with role DECODE, each iterating its own engine loop; the
+ * daemon calls schedule() once per iteration of each loop with view->group
+ * set to the group being planned, so neither phase ever waits on the other's
+ * batch.
+ *
+ *  - On a PREFILL group: requests whose prefill completed there (state
+ *    DECODING: the prompt is computed and the first token was sampled) are
+ *    migrated to the DECODE group with the most free KV blocks that can hold
+ *    them (the engine copies the KV through its transfer interface); a
+ *    request no decode group can take yet waits where it is.  Then waiting
+ *    requests are prefilled in arrival order: whole prompts (a prompt longer
+ *    than max_batch_tokens in chunks), or chunks of at most chunk=N tokens
+ *    per iteration when that is given.
+ *  - On a DECODE group: one token for each decoding request that lives there;
+ *    when KV runs short the newest are preempted (they return to waiting and
+ *    are prefilled again on a prefill group).
+ *  - On a MIXED group, or when the instance lacks a PREFILL or a DECODE
+ *    group (a single MIXED group), it degrades to chunked prefill: decodes
+ *    first, prompt chunks fill budget=N tokens (default 512).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <phased/policy.h>
+
+#include "policy_lib.h"
+
+struct dg_state {
+	uint32_t	chunk;		/* 0: whole prompts on the prefill group */
+	uint32_t	budget;		/* tokens per iteration when degraded */
+};
+
+/* Parse chunk and budget. */
+static int
+dg_init(const struct phased_policy_params *params, void **state, char *err,
+    size_t errlen)
+{
+	struct dg_state	*s;
+	uint64_t	 n;
+	size_t		 i;
+
+	if ((s = calloc(1, sizeof *s)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return (-1);
+	}
+	s->budget = 512;
+	for (i = 0; i < params->n; i++) {
+		const struct phased_param *kv = &params->v[i];
+
+		if (strcmp(kv->key, "chunk") == 0) {
+			if (pl_param_uint(kv, 16, 65536, &n, err, errlen) != 0)
+				goto fail;
+			s->chunk = n;
+		} else if (strcmp(kv->key, "budget") == 0) {
+			if (pl_param_uint(kv, 16, 65536, &n, err, errlen) != 0)
+				goto fail;
+			s->budget = n;
+		} else {
+			pl_param_unknown(kv, "chunk, budget", err, errlen);
+			goto fail;
+		}
+	}
+	*state = s;
+	return (0);
+fail:
+	free(s);
+	return (-1);
+}
+
+/* Migrate each request whose prefill completed here to a decode group. */
+static void
+dg_migrate(const struct phased_view *v, struct phased_plan *p)
+{
+	uint64_t	 freeb[64];
+	uint32_t	 i, g, best, ng;
+
+	ng = v->n_groups < 64 ? v->n_groups : 64;
+	for (g = 0; g < ng; g++)
+		freeb[g] = v->groups[g].free_blocks;
+	for (i = 0; i < v->n_reqs; i++) {
+		const struct phased_request *r = &v->reqs[i];
+
+		if (r->state != PHASED_REQ_DECODING || r->group != v->group)
+			continue;
+		best = UINT32_MAX;
+		for (g = 0; g < ng; g++) {
+			if (v->groups[g].role != PHASED_ROLE_DECODE ||
+			    freeb[g] < r->kv_blocks)
+				continue;
+			if (best == UINT32_MAX || freeb[g] > freeb[best])
+				best = g;
+		}
+		if (best == UINT32_MAX)
+			continue;	/* no room yet: it waits here */
+		if (phased_plan_migrate(p, v, r->id, best) != 0)
+			return;
+		freeb[best] -= r->kv_blocks;
+	}
+}
+
+/* Plan the group being planned according to its role. */
+static int
+dg_schedule(void *state, const struct phased_view *v, struct phased_plan *p)
+{
+	struct dg_state		*s = state;
+	struct pl_budget	 b;
+	uint32_t		 g, role, limit;
+	int			 have_prefill = 0, have_decode = 0;
+
+	if (v->group >= v->n_groups)
+		return (-1);
+	for (g = 0; g < v->n_groups; g++) {
+		if (v->groups[g].role == PHASED_ROLE_PREFILL)
+			have_prefill = 1;
+		else if (v->groups[g].role == PHASED_ROLE_DECODE)
+			have_decode = 1;
+	}
+	role = v->groups[v->group].role;
+	pl_budget_init(&b, v);
+	if (!have_prefill || !have_decode || role == PHASED_ROLE_MIXED) {
+		pl_decodes(v, p, &b);
+		limit = s->budget > b.decodes ? s->budget - b.decodes : 0;
+		if (limit != 0)
+			pl_prefill(v, p, &b, limit, PL_CHUNK);
+		return (0);
+	}
+	if (role == PHASED_ROLE_DECODE) {
+		pl_decodes(v, p, &b);
+		return (0);
+	}
+	dg_migrate(v, p);
+	if (s->chunk != 0)
+		pl_prefill(v, p, &b, s->chunk, PL_CHUNK);
+	else
+		pl_prefill(v, p, &b, UINT32_MAX, PL_WHOLE);
+	return (0);
+}
+
+/* Free the state. */
+static void
+dg_fini(void *state)
+{
+	free(state);
+}
+
+const struct phased_policy phased_policy_entry = {
+	.magic = PHASED_POLICY_MAGIC,
+	.abi_version = PHASED_POLICY_ABI_VERSION,
+	.struct_size = sizeof(struct phased_policy),
+	.name = "disaggregated",
+	.describe = "prefill and decode on separate device groups, KV migrated "
+	    "when the prompt is done",
+	.params_help = "chunk=N budget=N",
+	.init = dg_init,
+	.schedule = dg_schedule,
+	.fini = dg_fini,
+};

@@ -1,0 +1,236 @@
+/*
+ * bench-matmul: time qmat_mul on TinyLlama-1.1B shapes for every type.
+ *
+ * usage: bench-matmul [-t threads] [-r min_reps] [-T type,...] [-n ntok,...]
+ *     [-s shape index] [-c weight copies]
+ *
+ * Prints, per type, shape and batch size, the median time of several runs,
+ * the weight bandwidth (n_tok = 1) and GFLOP/s, then an estimate of whole
+ * model decode and prefill speed from the matmul times alone (22 layers of
+ * q, k, v, o, gate, up, down plus the output matrix).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "matmul.h"
+#include "quant.h"
+#include "tensor_type.h"
+#include "threadpool.h"
+#include "util.h"
+#include "kernel-testutil.h"
+
+struct shape {
+	const char	*name;
+	int64_t		 rows, cols;
+	int		 per_model;	/* matrices of this shape in the model */
+};
+
+static const struct shape shapes[] = {
+	{ "q/o 2048x2048", 2048, 2048, 44 },
+	{ "k/v 256x2048", 256, 2048, 44 },
+	{ "gate/up 5632x2048", 5632, 2048, 44 },
+	{ "down 2048x5632", 2048, 5632, 22 },
+	{ "output 32000x2048", 32000, 2048, 1 },
+};
+#define NSHAPES	(sizeof shapes / sizeof shapes[0])
+
+static int	ntoks[16] = { 1, 4, 16, 64, 512 };
+static int	nntok = 5;
+
+/* Compare doubles for qsort. */
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x < y ? -1 : x > y);
+}
+
+/*
+ * Median seconds of qmat_mul over at least min_reps runs (and ~0.3 s).  The
+ * runs cycle through ncopies copies of the weights so that, as in a real
+ * model, they come from memory rather than from the last-level cache.
+ */
+static double
+time_mul(struct threadpool *pool, struct qmat **m, int ncopies, const float *x, int n,
+    float *y, int64_t ldy, int min_reps, double *spread)
+{
+	double	 t[64];
+	int	 k, reps = 0;
+	uint64_t start, total = 0;
+
+	for (k = 0; k < ncopies; k++)
+		qmat_mul(pool, m[k], x, n, y, ldy);	/* warm up */
+	while (reps < 64 && (reps < min_reps || total < 300000000ULL)) {
+		start = now_ns();
+		qmat_mul(pool, m[reps % ncopies], x, n, y, ldy);
+		t[reps] = (now_ns() - start) / 1e9;
+		total += now_ns() - start;
+		reps++;
+	}
+	qsort(t, reps, sizeof t[0], cmp_double);
+	*spread = (t[reps - 1] - t[0]) / t[reps / 2];
+	(void)k;
+	return (t[reps / 2]);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct threadpool	*pool;
+	uint32_t		 types[8] = { TT_Q4_0, TT_Q8_0, TT_Q4_K, TT_Q6_K, TT_F16, TT_BF16 };
+	int			 ntypes = 6, nthreads = 2, min_reps = 5, ch, i, s, k;
+	int			 shape_only = -1, copies_opt = 0;
+	char			*cause = NULL, *tok, *str;
+	double			 secs[8][NSHAPES][16];
+
+	while ((ch = getopt(argc, argv, "t:r:T:n:s:c:")) != -1) {
+		switch (ch) {
+		case 't':
+			nthreads = atoi(optarg);
+			break;
+		case 'r':
+			min_reps = atoi(optarg);
+			break;
+		case 'T':
+			ntypes = 0;
+			str = optarg;
+			while ((tok = strsep(&str, ",")) != NULL && ntypes < 8) {
+				for (k = 0; k < TT_GGUF_MAX; k++)
+					if (tensor_type_get(k) != NULL &&
+					    strcasecmp(tensor_type_name(k), tok) == 0)
+						break;
+				if (k == TT_GGUF_MAX) {
+					fprintf(stderr, "unknown type %s\n", tok);
+					return (1);
+				}
+				types[ntypes++] = k;
+			}
+			break;
+		case 's':
+			shape_only = atoi(optarg);
+			break;
+		case 'c':
+			copies_opt = atoi(optarg);
+			break;
+		case 'n':
+			nntok = 0;
+			str = optarg;
+			while ((tok = strsep(&str, ",")) != NULL && nntok < 16)
+				ntoks[nntok++] = atoi(tok);
+			break;
+		default:
+			fprintf(stderr, "usage: bench-matmul [-t threads] [-r reps] "
+			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies]\n");
+			return (1);
+		}
+	}
+	if ((pool = threadpool_create(nthreads, NULL, &cause)) == NULL) {
+		fprintf(stderr, "%s\n", cause);
+		return (1);
+	}
+	printf("# variant %s, %d threads; median of >= %d runs; spread = "
+	    "(max - min) / median\n", quant_isa_name(quant_isa()), nthreads, min_reps);
+	for (i = 0; i < ntypes; i++) {
+		const struct tensor_type_info *ti = tensor_type_get(types[i]);
+
+		for (s = 0; s < (int)NSHAPES; s++) {
+			const struct shape *sh = &shapes[s];
+			size_t	 rb = tensor_row_bytes(ti, sh->cols);
+			size_t	 bytes = sh->rows * rb;
+
+			if (shape_only != -1 && s != shape_only) {
+				for (k = 0; k < nntok; k++)
+					secs[i][s][k] = 0;
+				continue;
+			}
+			int	 ncopies = (int)((256u << 20) / bytes) + 1, maxn = 0, c;
+			uint8_t	*w;
+			float	*x, *y;
+			struct qmat *m[64];
+			int64_t	 r;
+
+			if (ncopies > 64)
+				ncopies = 64;
+			if (copies_opt > 0)
+				ncopies = copies_opt;	/* 1: weights stay in cache */
+			w = xmalloc(bytes * ncopies);
+
+			for (k = 0; k < nntok; k++)
+				maxn = ntoks[k] > maxn ? ntoks[k] : maxn;
+			for (r = 0; r < sh->rows; r++)
+				ktu_fill_row(types[i], w + r * rb, sh->cols);
+			for (c = 1; c < ncopies; c++)
+				memcpy(w + c * bytes, w, bytes);
+			x = xmalloc((size_t)maxn * sh->cols * sizeof *x);
+			y = xmalloc((size_t)maxn * sh->rows * sizeof *y);
+			for (r = 0; r < (int64_t)maxn * sh->cols; r++)
+				x[r] = ktu_uniform();
+			for (c = 0; c < ncopies; c++) {
+				m[c] = qmat_create(types[i], sh->rows, sh->cols,
+				    w + c * bytes, &cause);
+				if (m[c] == NULL) {
+					fprintf(stderr, "%s\n", cause);
+					return (1);
+				}
+			}
+			for (k = 0; k < nntok; k++) {
+				double sp, t = time_mul(pool, m, ncopies, x, ntoks[k], y, sh->rows,
+				    ntoks[k] >= 64 ? 3 : min_reps, &sp);
+				secs[i][s][k] = t;
+				printf("%-5s %-18s n_tok %4d: %9.1f us  %6.1f GB/s  %7.1f "
+				    "GFLOP/s  (spread %.0f%%)\n", ti->name, sh->name,
+				    ntoks[k], t * 1e6, sh->rows * rb / t / 1e9,
+				    2.0 * sh->rows * sh->cols * ntoks[k] / t / 1e9,
+				    sp * 100);
+				fflush(stdout);
+			}
+			for (c = 0; c < ncopies; c++)
+				qmat_free(m[c]);
+			free(w);
+			free(x);
+			free(y);
+		}
+	}
+	printf("# whole-model estimate from matmul time alone (TinyLlama-1.1B shapes)\n");
+	for (i = 0; i < ntypes; i++) {
+		for (k = 0; k < nntok; k++) {
+			double total = 0;
+
+			for (s = 0; s < (int)NSHAPES; s++)
+				total += secs[i][s][k] * shapes[s].per_model;
+			if (total > 0)
+				printf("%-6s n_tok %4d: %8.1f tok/s\n",
+				    tensor_type_name(types[i]), ntoks[k], ntoks[k] / total);
+		}
+	}
+	/*
+	 * Q4_K_M keeps about half of attn_v and ffn_down and the output
+	 * matrix in Q6_K, the rest in Q4_K.
+	 */
+	for (i = 0; i < ntypes && types[i] != TT_Q4_K; i++)
+		;
+	for (k = 0; k < ntypes && types[k] != TT_Q6_K; k++)
+		;
+	if (i < ntypes && k < ntypes) {
+		static const double q6_share[NSHAPES] = { 0, 11, 0, 11, 1 };
+		int n;
+
+		for (n = 0; n < nntok; n++) {
+			double total = 0;
+
+			for (s = 0; s < (int)NSHAPES; s++)
+				total += secs[i][s][n] * (shapes[s].per_model - q6_share[s]) +
+				    secs[k][s][n] * q6_share[s];
+			if (total > 0)
+				printf("Q4_K_M n_tok %4d: %8.1f tok/s\n", ntoks[n],
+				    ntoks[n] / total);
+		}
+	}
+	threadpool_destroy(pool);
+	return (0);
+}

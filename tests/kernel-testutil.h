@@ -1,0 +1,89 @@
+/* kernel-testutil.h: random weight rows of every type for the kernel tests. */
+#ifndef PHASED_KERNEL_TESTUTIL_H
+#define PHASED_KERNEL_TESTUTIL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "quant.h"
+#include "tensor_type.h"
+
+static uint64_t ktu_state = 0x9e3779b97f4a7c15ULL;
+
+/* xorshift64* */
+static inline uint64_t
+ktu_rand(void)
+{
+	ktu_state ^= ktu_state >> 12;
+	ktu_state ^= ktu_state << 25;
+	ktu_state ^= ktu_state >> 27;
+	return (ktu_state * 0x2545f4914f6cdd1dULL);
+}
+
+/* Uniform in [-1, 1). */
+static inline float
+ktu_uniform(void)
+{
+	return ((float)((ktu_rand() >> 40) / (double)(1 << 24)) * 2.0f - 1.0f);
+}
+
+/* Fill n elements of a row of a type with random but sane contents. */
+static inline void
+ktu_fill_row(uint32_t type, uint8_t *p, int64_t n)
+{
+	const struct tensor_type_info *ti = tensor_type_get(type);
+	int64_t	i, nbytes = n / ti->block_elems * ti->block_bytes;
+	uint16_t h;
+	float f;
+
+	for (i = 0; i < nbytes; i++)
+		p[i] = (uint8_t)ktu_rand();
+	switch (type) {
+	case TT_F32:
+		for (i = 0; i < n; i++) {
+			f = ktu_uniform();
+			memcpy(p + 4 * i, &f, 4);
+		}
+		break;
+	case TT_F16:
+		for (i = 0; i < n; i++) {
+			h = f32_to_fp16(ktu_uniform());
+			memcpy(p + 2 * i, &h, 2);
+		}
+		break;
+	case TT_BF16:
+		for (i = 0; i < n; i++) {
+			h = f32_to_bf16(ktu_uniform());
+			memcpy(p + 2 * i, &h, 2);
+		}
+		break;
+	case TT_Q8_0:
+	case TT_Q4_0:
+		for (i = 0; i < n / 32; i++) {
+			h = f32_to_fp16(0.001f + 0.02f * (ktu_uniform() + 1));
+			memcpy(p + i * ti->block_bytes, &h, 2);
+		}
+		break;
+	case TT_Q4_K:
+		for (i = 0; i < n / 256; i++) {
+			h = f32_to_fp16(0.0005f + 0.002f * (ktu_uniform() + 1));
+			memcpy(p + 144 * i, &h, 2);
+			h = f32_to_fp16(0.0005f + 0.002f * (ktu_uniform() + 1));
+			memcpy(p + 144 * i + 2, &h, 2);
+		}
+		break;
+	case TT_Q6_K:
+		for (i = 0; i < n / 256; i++) {
+			h = f32_to_fp16(0.0001f + 0.0005f * (ktu_uniform() + 1));
+			memcpy(p + 210 * i + 208, &h, 2);
+		}
+		break;
+	}
+}
+
+static const uint32_t ktu_types[] = {
+	TT_F32, TT_F16, TT_BF16, TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q6_K
+};
+#define KTU_NTYPES	(sizeof ktu_types / sizeof ktu_types[0])
+
+#endif

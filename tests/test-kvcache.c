@@ -1,0 +1,220 @@
+/* test-kvcache.c: exact block accounting of the paged KV pool. */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache.h"
+#include "tap.h"
+
+/* Fill the keys and values of every block of seq with a pattern from tag. */
+static void
+fill_seq(struct kv_pool *p, struct kv_seq *s, uint8_t tag)
+{
+	uint32_t	i;
+
+	for (i = 0; i < s->n_blocks; i++)
+		memset(p->data + (size_t)s->blocks[i] * p->block_bytes,
+		    tag + i, p->block_bytes);
+}
+
+/* Whether seq's blocks hold the pattern fill_seq wrote with tag. */
+static int
+check_seq(const struct kv_pool *p, const struct kv_seq *s, uint8_t tag)
+{
+	const uint8_t	*b;
+	uint32_t	 i;
+	size_t		 j;
+
+	for (i = 0; i < s->n_blocks; i++) {
+		b = p->data + (size_t)s->blocks[i] * p->block_bytes;
+		for (j = 0; j < p->block_bytes; j++) {
+			if (b[j] != (uint8_t)(tag + i))
+				return (0);
+		}
+	}
+	return (1);
+}
+
+int
+main(void)
+{
+	struct kv_layout	 l = { .n_layers = 2, .n_kv_heads = 2,
+				    .head_dim = 4, .block_size = 8,
+				    .type = KV_TYPE_F16 };
+	struct kv_pool		*p, *q;
+	struct kv_seq		 a, b, c, d;
+	char			*cause = NULL;
+	uint32_t		 i;
+
+	memset(&a, 0, sizeof a);
+	memset(&b, 0, sizeof b);
+	memset(&c, 0, sizeof c);
+	memset(&d, 0, sizeof d);
+
+	/* Layout checks. */
+	{
+		struct kv_layout bad = l;
+
+		bad.block_size = 12;
+		ok(kv_layout_check(&bad, &cause) == -1, "block size 12 rejected");
+		is_str(cause, "kv block size 12 is not a multiple of 8",
+		    "block size error");
+		free(cause);
+		cause = NULL;
+		bad.block_size = 4;
+		ok(kv_layout_check(&bad, &cause) == -1, "block size 4 rejected");
+		is_str(cause, "kv block size 4 out of range 8..256",
+		    "block size range error");
+		free(cause);
+		cause = NULL;
+		bad = l;
+		bad.type = 8;
+		ok(kv_layout_check(&bad, &cause) == -1, "type Q8_0 rejected");
+		is_str(cause, "kv type 8 is neither F16 nor F32", "type error");
+		free(cause);
+		cause = NULL;
+		ok(kv_pool_create(&l, 0, &cause) == NULL, "empty pool rejected");
+		is_str(cause, "kv pool of 0 blocks out of range 1..268435456",
+		    "empty pool error");
+		free(cause);
+		cause = NULL;
+	}
+
+	/* 2 layers x (K+V) x 2 heads x 4 dims x 8 slots x 2 bytes. */
+	is_int(kv_layout_block_bytes(&l), 2 * 2 * 2 * 4 * 8 * 2, "block bytes");
+
+	p = kv_pool_create(&l, 5, &cause);
+	if (!ok(p != NULL, "tiny pool of 5 blocks"))
+		diag("%s", cause);
+	is_int(kv_pool_free_blocks(p), 5, "5 free");
+	is_int(kv_pool_used_blocks(p), 0, "0 used");
+	is_int(kv_pool_blocks_for(p, 0), 0, "0 tokens need 0 blocks");
+	is_int(kv_pool_blocks_for(p, 8), 1, "8 tokens need 1 block");
+	is_int(kv_pool_blocks_for(p, 9), 2, "9 tokens need 2 blocks");
+	is_int(kv_layout_blocks_for(&l, UINT64_MAX), UINT32_MAX,
+	    "a huge count saturates");
+
+	/* Reserve grows by whole blocks and is idempotent. */
+	is_int(kv_seq_blocks_needed(p, &a, 1), 1, "first token needs a block");
+	is_int(kv_seq_reserve(p, &a, 1), 0, "reserve 1 token");
+	is_int(a.n_blocks, 1, "a has 1 block");
+	is_int(kv_pool_used_blocks(p), 1, "1 used");
+	is_int(kv_seq_reserve(p, &a, 8), 0, "reserve 8 tokens again");
+	is_int(a.n_blocks, 1, "still 1 block for 8 tokens");
+	is_int(kv_seq_capacity(p, &a), 8, "capacity 8");
+	a.n_tokens = 8;		/* as a forward pass would */
+	is_int(kv_seq_blocks_needed(p, &a, 1), 1, "token 9 needs a block");
+	is_int(kv_seq_reserve(p, &a, 9), 0, "reserve 9 more");
+	is_int(a.n_blocks, 3, "a has 3 blocks for 17 tokens");
+	is_int(kv_pool_free_blocks(p), 2, "2 free");
+
+	/* Failure leaves everything unchanged. */
+	is_int(kv_seq_reserve(p, &b, 17), -1, "17 tokens do not fit in 2 blocks");
+	is_int(b.n_blocks, 0, "b got nothing");
+	is_int(kv_pool_free_blocks(p), 2, "still 2 free");
+	is_int(kv_pool_used_blocks(p), 3, "still 3 used");
+	is_int(kv_seq_reserve(p, &a, 100), -1, "a cannot grow past the pool");
+	is_int(a.n_blocks, 3, "a unchanged");
+	is_int(kv_seq_reserve(p, &b, 16), 0, "16 tokens fit in 2 blocks");
+	is_int(kv_pool_free_blocks(p), 0, "pool full");
+	is_int(kv_seq_reserve(p, &c, 1), -1, "full pool refuses");
+	is_int(kv_pool_free_blocks(p) + kv_pool_used_blocks(p), 5,
+	    "free + used == n_blocks");
+
+	/* Blocks are distinct. */
+	{
+		int	 seen[5] = { 0 }, dup = 0;
+
+		for (i = 0; i < a.n_blocks; i++)
+			dup |= seen[a.blocks[i]]++;
+		for (i = 0; i < b.n_blocks; i++)
+			dup |= seen[b.blocks[i]]++;
+		ok(!dup, "no block given twice");
+	}
+
+	/* Truncate gives back surplus blocks. */
+	a.n_tokens = 17;
+	kv_seq_truncate(p, &a, 9);
+	is_int(a.n_tokens, 9, "truncated to 9 tokens");
+	is_int(a.n_blocks, 2, "2 blocks kept");
+	is_int(kv_pool_free_blocks(p), 1, "1 free after truncate");
+
+	/* Release returns all. */
+	kv_seq_release(p, &b);
+	is_int(b.n_blocks, 0, "b empty");
+	ok(b.blocks == NULL, "b's table freed");
+	is_int(kv_pool_free_blocks(p), 3, "3 free after release");
+	kv_seq_release(p, &b);
+	is_int(kv_pool_free_blocks(p), 3, "releasing an empty seq is harmless");
+
+	/* Copy within a pool and between pools. */
+	fill_seq(p, &a, 0x40);
+	is_int(kv_seq_copy(p, &c, p, &a, &cause), 0, "copy within the pool");
+	is_int(c.n_tokens, 9, "copy has 9 tokens");
+	is_int(c.n_blocks, 2, "copy has 2 blocks");
+	ok(check_seq(p, &c, 0x40), "copied data equal");
+	is_int(kv_pool_free_blocks(p), 1, "copy took 2 blocks");
+	ok(kv_seq_copy(p, &c, p, &a, &cause) == -1, "copy onto non-empty seq");
+	is_str(cause, "kv copy destination is not empty (2 blocks)",
+	    "non-empty error");
+	free(cause);
+	cause = NULL;
+	ok(kv_seq_copy(p, &d, p, &a, &cause) == -1, "copy into a full pool");
+	is_str(cause, "kv pool has 1 free blocks, copy needs 2", "full error");
+	free(cause);
+	cause = NULL;
+	is_int(d.n_blocks, 0, "failed copy took nothing");
+	is_int(kv_pool_free_blocks(p), 1, "failed copy left the count");
+
+	q = kv_pool_create(&l, 3, &cause);
+	ok(q != NULL, "second pool");
+	is_int(kv_seq_copy(q, &d, p, &a, &cause), 0, "copy to another pool");
+	ok(check_seq(q, &d, 0x40), "data arrived");
+	is_int(kv_pool_used_blocks(q), 2, "destination pool used 2");
+	is_int(kv_pool_used_blocks(p), 4, "source pool unchanged");
+	kv_seq_release(q, &d);
+	is_int(kv_pool_used_blocks(q), 0, "destination pool empty again");
+	kv_pool_free(q);
+
+	{
+		struct kv_layout l32 = l;
+
+		l32.type = KV_TYPE_F32;
+		q = kv_pool_create(&l32, 3, &cause);
+		ok(kv_seq_copy(q, &d, p, &a, &cause) == -1,
+		    "copy between layouts refused");
+		like(cause, "kv layouts differ", "layout error");
+		free(cause);
+		cause = NULL;
+		is_int(kv_pool_used_blocks(q), 0, "nothing taken");
+		kv_pool_free(q);
+	}
+
+	/* Accessors stay inside a block and separate K, V, heads and layers. */
+	{
+		uint8_t	*base = p->data + (size_t)a.blocks[0] * p->block_bytes;
+		uint8_t	*k00 = kv_block_k(p, a.blocks[0], 0, 0);
+		uint8_t	*k01 = kv_block_k(p, a.blocks[0], 0, 1);
+		uint8_t	*v00 = kv_block_v(p, a.blocks[0], 0, 0);
+		uint8_t	*k10 = kv_block_k(p, a.blocks[0], 1, 0);
+		uint8_t	*v11 = kv_block_v(p, a.blocks[0], 1, 1);
+
+		ok(k00 == base, "layer 0 head 0 K first");
+		is_int(k01 - k00, 4 * 8 * 2, "heads one head apart");
+		is_int(v00 - k00, 2 * 4 * 8 * 2, "V after the heads' K");
+		is_int(k10 - k00, 2 * 2 * 4 * 8 * 2, "layers one layer apart");
+		is_int(v11 + 4 * 8 * 2 - base, p->block_bytes, "last V ends the block");
+	}
+
+	kv_seq_release(p, &a);
+	kv_seq_release(p, &c);
+	is_int(kv_pool_free_blocks(p), 5, "all free at the end");
+	is_int(kv_pool_used_blocks(p), 0, "none used at the end");
+
+	is_int(kv_seq_reserve(p, &a, 40), 0, "the whole pool again");
+	is_int(kv_pool_free_blocks(p), 0, "none free");
+	kv_seq_release(p, &a);
+	kv_pool_free(p);
+	done_testing();
+}

@@ -1,0 +1,183 @@
+/* test-matmul: qmat_mul for every type and variant, and batch invariance. */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "matmul.h"
+#include "quant.h"
+#include "tap.h"
+#include "tensor_type.h"
+#include "threadpool.h"
+#include "util.h"
+#include "kernel-testutil.h"
+
+#define MAXTOK	130
+
+static const int ntoks[] = { 1, 2, 3, 7, 33, 64, 130 };
+static const int64_t rowcounts[] = { 1, 5, 37 };
+
+/* One type, variant and shape: accuracy, and invariance over n_tok/threads. */
+static void
+test_shape(struct threadpool *pool, int isa, uint32_t type, int64_t rows, int64_t cols)
+{
+	const struct tensor_type_info *ti = tensor_type_get(type);
+	size_t		 rb = tensor_row_bytes(ti, cols);
+	uint8_t		*w = malloc(rows * rb);
+	float		*x = malloc(MAXTOK * cols * sizeof *x);
+	int64_t		 ldy = rows + 3, r, c;
+	float		*y1 = malloc(MAXTOK * ldy * sizeof *y1);
+	float		*y = malloc(MAXTOK * ldy * sizeof *y);
+	double		*tol = malloc(MAXTOK * rows * sizeof *tol);
+	double		*ref = malloc(MAXTOK * rows * sizeof *ref);
+	float		*wf = malloc(cols * sizeof *wf);
+	struct qmat	*m;
+	char		*cause = NULL;
+	int		 t, i, bad_acc = 0, bad_inv = 0, bad_thr = 0, nth;
+	size_t		 k;
+
+	for (r = 0; r < rows; r++)
+		ktu_fill_row(type, w + r * rb, cols);
+	for (k = 0; k < (size_t)MAXTOK * cols; k++)
+		x[k] = ktu_uniform() * (k % 5 == 0 ? 3.0f : 1.0f);
+	/* Reference and a bound on the activation quantization error. */
+	for (r = 0; r < rows; r++) {
+		dequantize_row(type, w + r * rb, wf, cols);
+		for (t = 0; t < MAXTOK; t++) {
+			const float *xt = x + (size_t)t * cols;
+			double e = 0, sabs = 0;
+
+			for (c = 0; c < cols; c += 32) {
+				double amax = 0, wsum = 0;
+				for (i = 0; i < 32; i++) {
+					amax = fmax(amax, fabs(xt[c + i]));
+					wsum += fabs(wf[c + i]);
+					sabs += fabs(wf[c + i] * xt[c + i]);
+				}
+				e += wsum * amax / 127 * 0.5;
+			}
+			if (type == TT_F32 || type == TT_F16 || type == TT_BF16)
+				e = 0;
+			ref[t * rows + r] = dot_row_ref(type, w + r * rb, xt, cols);
+			tol[t * rows + r] = e + 2e-5 * sabs + 1e-6;
+		}
+	}
+	m = qmat_create(type, rows, cols, w, &cause);
+	if (!ok(m != NULL, "%s %s %lldx%lld: qmat_create", quant_isa_name(isa),
+	    ti->name, (long long)rows, (long long)cols)) {
+		diag("%s", cause);
+		free(cause);
+		goto out;
+	}
+	/* Token by token, one thread: the results every batch must reproduce. */
+	for (t = 0; t < MAXTOK; t++)
+		qmat_mul(NULL, m, x + (size_t)t * cols, 1, y1 + t * ldy, ldy);
+	for (t = 0; t < MAXTOK; t++)
+		for (r = 0; r < rows; r++)
+			if (!(fabs(y1[t * ldy + r] - ref[t * rows + r]) <= tol[t * rows + r])) {
+				if (bad_acc++ == 0)
+					diag("t %d r %lld: got %.9g want %.9g tol %g", t,
+					    (long long)r, y1[t * ldy + r], ref[t * rows + r],
+					    tol[t * rows + r]);
+			}
+	ok(bad_acc == 0, "%s %s %lldx%lld: results match the reference",
+	    quant_isa_name(isa), ti->name, (long long)rows, (long long)cols);
+	for (nth = 1; nth <= 2; nth++) {
+		for (i = 0; i < (int)(sizeof ntoks / sizeof ntoks[0]); i++) {
+			int n = ntoks[i];
+
+			memset(y, 0xff, MAXTOK * ldy * sizeof *y);
+			qmat_mul(nth == 1 ? NULL : pool, m, x, n, y, ldy);
+			for (t = 0; t < n; t++)
+				if (memcmp(y + t * ldy, y1 + t * ldy, rows * sizeof *y) != 0) {
+					if (nth == 1)
+						bad_inv++;
+					else
+						bad_thr++;
+				}
+			/* Padding between rows of Y stays untouched. */
+			for (t = 0; t < n; t++)
+				for (r = rows; r < ldy; r++) {
+					uint32_t bits;
+					memcpy(&bits, &y[t * ldy + r], 4);
+					if (bits != 0xffffffff)
+						bad_inv++;
+				}
+		}
+	}
+	ok(bad_inv == 0, "%s %s %lldx%lld: bit-identical for every n_tok",
+	    quant_isa_name(isa), ti->name, (long long)rows, (long long)cols);
+	ok(bad_thr == 0, "%s %s %lldx%lld: bit-identical with 2 threads",
+	    quant_isa_name(isa), ti->name, (long long)rows, (long long)cols);
+	qmat_free(m);
+out:
+	free(w);
+	free(x);
+	free(y1);
+	free(y);
+	free(tol);
+	free(ref);
+	free(wf);
+}
+
+int
+main(void)
+{
+	struct threadpool	*pool;
+	struct qmat		*m;
+	char			*cause = NULL;
+	float			 row[256], buf[256] = { 0 };
+	uint8_t			 w[144 * 2];
+	size_t			 i, j;
+	int			 isa;
+
+	pool = threadpool_create(2, NULL, &cause);
+	if (pool == NULL)
+		skip_all("no thread pool: %s", cause);
+
+	/* Argument errors. */
+	m = qmat_create(TT_Q4_K, 4, 100, buf, &cause);
+	ok(m == NULL, "qmat_create rejects columns not a multiple of the block");
+	like(cause, "not a multiple of the block size 256", "error names the block size");
+	free(cause);
+	cause = NULL;
+	m = qmat_create(6, 4, 256, buf, &cause);
+	ok(m == NULL, "qmat_create rejects an unsupported type");
+	like(cause, "not supported", "error says the type is not supported");
+	free(cause);
+	cause = NULL;
+
+	/* qmat_get_row decodes the right row. */
+	ktu_fill_row(TT_Q4_K, w, 512);
+	m = qmat_create(TT_Q4_K, 2, 256, w, &cause);
+	qmat_get_row(m, 1, row);
+	dequantize_row(TT_Q4_K, w + 144, buf, 256);
+	ok(memcmp(row, buf, sizeof row) == 0, "qmat_get_row returns row 1");
+	is_int(qmat_rows(m), 2, "qmat_rows");
+	qmat_free(m);
+
+	for (isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+		if (quant_force_isa(isa) != 0) {
+			diag("variant %s: not supported by this CPU, skipped",
+			    quant_isa_name(isa));
+			continue;
+		}
+		for (i = 0; i < KTU_NTYPES; i++)
+			for (j = 0; j < sizeof rowcounts / sizeof rowcounts[0]; j++)
+				test_shape(pool, isa, ktu_types[i], rowcounts[j],
+				    j == 2 ? 768 : 512);
+		/* Rows that end in a partial group of blocks. */
+		for (i = 0; i < KTU_NTYPES; i++)
+			if (tensor_type_get(ktu_types[i])->block_elems == 32 ||
+			    tensor_type_get(ktu_types[i])->block_elems == 1) {
+				test_shape(pool, isa, ktu_types[i], 6, 160);
+				test_shape(pool, isa, ktu_types[i], 3, 96);
+			}
+	}
+	quant_force_isa(QUANT_ISA_AUTO);
+	threadpool_destroy(pool);
+	done_testing();
+}

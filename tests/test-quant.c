@@ -1,0 +1,267 @@
+/* test-quant: number formats, dequantization and every dot-product kernel. */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "tap.h"
+#include "tensor_type.h"
+#include "kernel-testutil.h"
+
+/* Little-endian 16-bit field. */
+static unsigned
+u16(const uint8_t *p)
+{
+	return (p[0] | (p[1] << 8));
+}
+
+/* Half to double, written from the IEEE definition. */
+static double
+half_value(unsigned h)
+{
+	int	e = (h >> 10) & 31, m = h & 1023;
+	double	s = (h & 0x8000) ? -1 : 1;
+
+	if (e == 0)
+		return (s * ldexp(m, -24));
+	if (e == 31)
+		return (m ? NAN : s * INFINITY);
+	return (s * ldexp(1024 + m, e - 25));
+}
+
+/* Element i of a row, decoded in double from the format description. */
+static double
+ref_elem(uint32_t type, const uint8_t *p, int64_t i)
+{
+	int64_t	b;
+	int	k;
+
+	switch (type) {
+	case TT_F32: {
+		float f;
+		memcpy(&f, p + 4 * i, 4);
+		return (f);
+	}
+	case TT_F16:
+		return (half_value(u16(p + 2 * i)));
+	case TT_BF16: {
+		uint32_t bits = (uint32_t)u16(p + 2 * i) << 16;
+		float f;
+		memcpy(&f, &bits, 4);
+		return (f);
+	}
+	case TT_Q8_0:
+		b = i / 32;
+		return (half_value(u16(p + 34 * b)) * (int8_t)p[34 * b + 2 + i % 32]);
+	case TT_Q4_0: {
+		const uint8_t *blk = p + 18 * (i / 32);
+		k = i % 32;
+		int nib = k < 16 ? blk[2 + k] & 15 : blk[2 + k - 16] >> 4;
+		return (half_value(u16(blk)) * (nib - 8));
+	}
+	case TT_Q4_K: {
+		const uint8_t *blk = p + 144 * (i / 256), *s = blk + 4;
+		int e = i % 256, sub = e / 32, sc, mn, code;
+		/* Bytes 0-3: scales 0-3 (low 6 bits) and high bits of 4-7. */
+		if (sub < 4) {
+			sc = s[sub] % 64;
+			mn = s[sub + 4] % 64;
+		} else {
+			sc = s[sub + 4] % 16 + 16 * (s[sub - 4] / 64);
+			mn = s[sub + 4] / 16 + 16 * (s[sub] / 64);
+		}
+		/* 64 elements per 32 bytes: first 32 low nibbles, then high. */
+		code = blk[16 + 32 * (e / 64) + e % 32];
+		code = (e % 64) < 32 ? code % 16 : code / 16;
+		return (half_value(u16(blk)) * sc * code - half_value(u16(blk + 2)) * mn);
+	}
+	case TT_Q6_K: {
+		const uint8_t *blk = p + 210 * (i / 256);
+		int e = i % 256, half = e / 128, r = e % 128, l = r % 32, quarter = r / 32;
+		int lo = blk[64 * half + l + (quarter % 2) * 32];
+		lo = quarter >= 2 ? lo / 16 : lo % 16;
+		int hi = (blk[128 + 32 * half + l] >> (2 * quarter)) % 4;
+		return (half_value(u16(blk + 208)) * (int8_t)blk[192 + e / 16] *
+		    (lo + 16 * hi - 32));
+	}
+	}
+	return (NAN);
+}
+
+/* Conversions: exact values, rounding, and round trips of every half. */
+static void
+test_conversions(void)
+{
+	uint32_t	h, bad = 0;
+
+	is_int(f32_to_fp16(1.0f), 0x3c00, "fp16 1.0");
+	is_int(f32_to_fp16(-2.0f), 0xc000, "fp16 -2.0");
+	is_int(f32_to_fp16(65504.0f), 0x7bff, "fp16 max");
+	is_int(f32_to_fp16(65520.0f), 0x7c00, "fp16 overflow rounds to inf");
+	is_int(f32_to_fp16(ldexpf(1, -24)), 0x0001, "fp16 smallest subnormal");
+	is_int(f32_to_fp16(ldexpf(1, -26)), 0x0000, "fp16 underflow to zero");
+	is_int(f32_to_fp16(1.0f + ldexpf(1, -11)), 0x3c00, "fp16 tie to even (down)");
+	is_int(f32_to_fp16(1.0f + 3 * ldexpf(1, -11)), 0x3c02, "fp16 tie to even (up)");
+	ok(isnan(fp16_to_f32(f32_to_fp16(NAN))), "fp16 NaN stays NaN");
+	for (h = 0; h < 65536; h++) {
+		if (((h >> 10) & 31) == 31 && (h & 1023))
+			continue;
+		if (fp16_to_f32(h) != (float)half_value(h) ||
+		    f32_to_fp16(fp16_to_f32(h)) != h)
+			bad++;
+	}
+	is_int(bad, 0, "every half decodes exactly and round-trips");
+	is_int(f32_to_bf16(1.0f), 0x3f80, "bf16 1.0");
+	is_int(f32_to_bf16(1.00390625f), 0x3f80, "bf16 tie to even");
+	is_int(f32_to_bf16(1.01171875f), 0x3f82, "bf16 tie to even (up)");
+	near(bf16_to_f32(0xc040), -3.0, 0, "bf16 decode -3");
+	ok(isnan(bf16_to_f32(f32_to_bf16(NAN))), "bf16 NaN stays NaN");
+}
+
+/* dequantize_row against the double decoder. */
+static void
+test_dequant(uint32_t type)
+{
+	int64_t		n = 1024, i;
+	uint8_t		*row = malloc(n * 4);
+	float		*out = malloc(n * sizeof *out);
+	double		 maxerr = 0, e;
+
+	ktu_fill_row(type, row, n);
+	dequantize_row(type, row, out, n);
+	for (i = 0; i < n; i++) {
+		double r = ref_elem(type, row, i);
+		e = fabs(out[i] - r) / (fabs(r) + 1e-30);
+		if (fabs(out[i] - r) > 1e-6 * fabs(r) + 1e-30 && e > maxerr)
+			maxerr = e;
+	}
+	ok(maxerr == 0, "%s: dequantize_row matches the format (max rel err %g)",
+	    tensor_type_name(type), maxerr);
+	double d1 = 0, d2;
+	for (i = 0; i < n; i++)
+		d1 += ref_elem(type, row, i) * (double)((i % 7) - 3) * 0.25;
+	float *x = malloc(n * sizeof *x);
+	for (i = 0; i < n; i++)
+		x[i] = (float)((i % 7) - 3) * 0.25f;
+	d2 = dot_row_ref(type, row, x, n);
+	near(d2, d1, 1e-9 * (fabs(d1) + 1), "%s: dot_row_ref", tensor_type_name(type));
+	free(x);
+	free(row);
+	free(out);
+}
+
+/* Every kernel variant on single rows against the double reference. */
+static void
+test_dots(uint32_t type, int isa)
+{
+	int64_t		 n = 2048, i;
+	int		 rep, fails = 0, tight_fails = 0;
+	uint8_t		*row = malloc(n * 4);
+	float		*x = malloc(n * sizeof *x), *xq = malloc(n * sizeof *xq);
+	float		 y;
+	struct qact	 a;
+	void		*buf = malloc(quant_act_bytes(type, n, 1) + 64);
+	struct quant_kernel k = quant_kernel_get(isa, type);
+	double		 worst = 0;
+
+	for (rep = 0; rep < 20; rep++) {
+		double ref, refq, tol, tolq, sabs = 0, qerr = 0;
+
+		ktu_fill_row(type, row, n);
+		for (i = 0; i < n; i++)
+			x[i] = ktu_uniform() * (rep % 3 == 0 ? 100.0f : 1.0f);
+		if (rep == 1)
+			for (i = 0; i < 64; i++)
+				x[i] = 0;	/* an all-zero block */
+		quant_act_init(&a, type, k.layout, x, n, 1, buf);
+		quant_act_fill(&a, type, 0, 1);
+		k.fn(row, 0, n, 0, 1, &a, 0, 1,
+		    &y, 1);
+		ref = dot_row_ref(type, row, x, n);
+		for (i = 0; i < n; i++) {
+			double w = ref_elem(type, row, i);
+			sabs += fabs(w * x[i]);
+			if (a.q != NULL) {
+				xq[i] = a.q[quant_act_pos(k.layout, i)] * a.d[i / 32];
+				qerr += fabs(w) * a.d[i / 32] * 0.5;
+			} else
+				xq[i] = x[i];
+		}
+		/* Exact arithmetic on the quantized activations... */
+		refq = dot_row_ref(type, row, xq, n);
+		tolq = 2e-5 * sabs + 1e-6;
+		if (fabs(y - refq) > tolq)
+			tight_fails++;
+		/* ...and within the quantization error of the true product. */
+		tol = qerr + 2e-5 * sabs + 1e-6;
+		if (fabs(y - ref) > tol)
+			fails++;
+		if (fabs(y - refq) / (sabs + 1e-30) > worst)
+			worst = fabs(y - refq) / (sabs + 1e-30);
+	}
+	ok(fails == 0 && tight_fails == 0,
+	    "%s %s: dot products within tolerance (worst %.3g of sum |w x|)",
+	    quant_isa_name(isa), tensor_type_name(type), worst);
+	free(buf);
+	free(row);
+	free(x);
+	free(xq);
+}
+
+/* A variant's activation quantizer gives exactly the portable one's output. */
+static void
+test_fill(uint32_t type, int isa)
+{
+	struct quant_kernel k = quant_kernel_get(isa, type);
+	int64_t		 cols = 96 * 8 + 32 * 3, i;	/* a partial last group */
+	int		 n = 3;
+	size_t		 bytes = quant_act_bytes(type, cols, n) + 64;
+	float		*x = malloc(cols * n * sizeof *x);
+	void		*b1 = calloc(1, bytes), *b2 = calloc(1, bytes);
+	struct qact	 a1, a2;
+
+	for (i = 0; i < cols * n; i++)
+		x[i] = ktu_uniform() * (i % 100 == 0 ? 50 : 1);
+	for (i = 0; i < 32; i++)
+		x[cols + i] = 0;		/* an all-zero block */
+	quant_act_init(&a1, type, k.layout, x, cols, n, b1);
+	quant_act_init(&a2, type, k.layout, x, cols, n, b2);
+	quant_act_fill(&a1, type, 0, n);
+	k.fill(&a2, type, 0, n);
+	size_t	 nq = (size_t)a1.stride * n;
+	ok(memcmp(a1.q, a2.q, nq) == 0 && memcmp(a1.d, a2.d, nq / 32 * 4) == 0 &&
+	    memcmp(a1.s, a2.s, nq / 32 * 4) == 0 && memcmp(a1.dl, a2.dl, nq / 4 * 4) == 0 &&
+	    memcmp(a1.bias, a2.bias, nq / 4 * 4) == 0,
+	    "%s %s: activation quantizer matches the portable one",
+	    quant_isa_name(isa), tensor_type_name(type));
+	free(x);
+	free(b1);
+	free(b2);
+}
+
+int
+main(void)
+{
+	size_t	i;
+	int	isa;
+
+	test_conversions();
+	for (i = 0; i < KTU_NTYPES; i++)
+		test_dequant(ktu_types[i]);
+	for (isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+		if (!quant_isa_supported(isa)) {
+			diag("variant %s: not supported by this CPU, skipped",
+			    quant_isa_name(isa));
+			continue;
+		}
+		for (i = 0; i < KTU_NTYPES; i++)
+			test_dots(ktu_types[i], isa);
+		for (i = 3; i < KTU_NTYPES; i++)
+			test_fill(ktu_types[i], isa);
+	}
+	done_testing();
+}
