@@ -14,6 +14,11 @@
 /* Bytes of prepared activations a token block may use (half of L2). */
 #define ACT_BLOCK_BYTES	(512 * 1024)
 
+/* Batches up to this many tokens walk the weights one row at a time. */
+#ifndef SMALL_BATCH
+#define SMALL_BATCH	2
+#endif
+
 struct qmat {
 	uint32_t		 type;
 	int64_t			 rows, cols;
@@ -133,8 +138,15 @@ mul_worker(void *arg, int ith, int nth)
 	const struct quant_kernel *k = &m->kern;
 	int64_t			 c, r, r0, r1;
 	size_t			 per_tok;
-	int			 tb, t, t1, tt;
+	int			 tb, t, t1, tt, row_step;
 
+	/*
+	 * A small batch is bound by memory bandwidth: walk one row at a time
+	 * so the weights are one sequential stream (interleaved short rows
+	 * defeat the hardware prefetcher).  A large one is bound by compute:
+	 * use the full tile height so activation loads are shared by rows.
+	 */
+	row_step = job->n_tok <= SMALL_BATCH ? 1 : k->mr;
 	per_tok = (size_t)m->cols * (job->a->q != NULL ? 3 : 4);
 	tb = (int)(ACT_BLOCK_BYTES / per_tok);
 	tb -= tb % k->nr;
@@ -146,8 +158,8 @@ mul_worker(void *arg, int ith, int nth)
 		r1 = r0 + job->chunk_rows < m->rows ? r0 + job->chunk_rows : m->rows;
 		for (t = 0; t < job->n_tok; t = t1) {
 			t1 = t + tb < job->n_tok ? t + tb : job->n_tok;
-			for (r = r0; r < r1; r += k->mr) {
-				int mr = r + k->mr <= r1 ? k->mr : (int)(r1 - r);
+			for (r = r0; r < r1; r += row_step) {
+				int mr = r + row_step <= r1 ? row_step : (int)(r1 - r);
 				for (tt = t; tt < t1; tt += k->nr) {
 					int nr = tt + k->nr <= t1 ? k->nr : t1 - tt;
 					k->fn(m->data, m->row_bytes, m->cols, r, mr,

@@ -663,7 +663,9 @@ quant_kernel_scalar(uint32_t type)
 	return (k);
 }
 
+/* Set by quant_force_isa(); atomics keep concurrent readers well defined. */
 static int	forced_isa = QUANT_ISA_AUTO;
+static int	best_isa = -1;
 
 /* Whether the CPU (and OS) can run a variant. */
 int
@@ -677,7 +679,8 @@ quant_isa_supported(int isa)
 		return (__builtin_cpu_supports("avx2") &&
 		    __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"));
 	case QUANT_ISA_AVX512:
-		return (__builtin_cpu_supports("avx512f") &&
+		return (quant_isa_supported(QUANT_ISA_AVX2) &&
+		    __builtin_cpu_supports("avx512f") &&
 		    __builtin_cpu_supports("avx512bw") &&
 		    __builtin_cpu_supports("avx512vl") &&
 		    __builtin_cpu_supports("avx512dq") &&
@@ -692,31 +695,27 @@ quant_isa_supported(int isa)
 int
 quant_isa(void)
 {
-	static int	best = -1;
-	int		isa;
+	int	isa;
 
-	if (forced_isa != QUANT_ISA_AUTO)
-		return (forced_isa);
-	if (best == -1) {
+	if ((isa = __atomic_load_n(&forced_isa, __ATOMIC_RELAXED)) != QUANT_ISA_AUTO)
+		return (isa);
+	if ((isa = __atomic_load_n(&best_isa, __ATOMIC_RELAXED)) == -1) {
 		for (isa = QUANT_ISA_COUNT - 1; isa > 0; isa--)
 			if (quant_isa_supported(isa))
 				break;
-		best = isa;
+		__atomic_store_n(&best_isa, isa, __ATOMIC_RELAXED);
 	}
-	return (best);
+	return (isa);
 }
 
 /* Force a variant (tests); -1 when the CPU lacks it. */
 int
 quant_force_isa(int isa)
 {
-	if (isa == QUANT_ISA_AUTO) {
-		forced_isa = isa;
-		return (0);
-	}
-	if (isa < 0 || isa >= QUANT_ISA_COUNT || !quant_isa_supported(isa))
+	if (isa != QUANT_ISA_AUTO && (isa < 0 || isa >= QUANT_ISA_COUNT ||
+	    !quant_isa_supported(isa)))
 		return (-1);
-	forced_isa = isa;
+	__atomic_store_n(&forced_isa, isa, __ATOMIC_RELAXED);
 	return (0);
 }
 

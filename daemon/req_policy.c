@@ -116,7 +116,7 @@ req_policy_set(struct conn *c, Phased__Request *req)
 	if (engine_set_policy(in->engine, phased->conf.plugin_dir, ps->policy,
 	    ps->n_params, ps->params, &cause) != 0) {
 		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_INVALID,
-		    "policy %s not set, %s", ps->policy, cause);
+		    "policy not set: %s", cause);
 		free(cause);
 		return;
 	}

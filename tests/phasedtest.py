@@ -111,10 +111,38 @@ def _read_varint(buf, i):
             return v, i
 
 
+def field_float(num, v):
+    return varint(num << 3 | 5) + struct.pack("<f", v)
+
+
 # Request body field numbers (proto/phased.proto).
 HELLO, CANCEL, STATUS, RELOAD, SHUTDOWN = 2, 3, 10, 11, 12
+LOAD, UNLOAD, MODELS, GENERATE = 20, 21, 22, 30
 # Response body field numbers.
 R_ERROR, R_OK, R_NOTICE, R_HELLO, R_STATUS = 2, 3, 4, 5, 10
+R_MODELS, R_TOKEN, R_DONE = 22, 30, 31
+
+
+def generate_body(model, prompt, max_tokens=None, temperature=0.0,
+                  deadline_ms=None, seed=None):
+    """A GenerateRequest."""
+    b = field_bytes(1, model) + field_bytes(2, prompt)
+    if max_tokens is not None:
+        b += field_varint(3, max_tokens)
+    b += field_float(4, temperature)
+    if seed is not None:
+        b += field_varint(9, seed)
+    if deadline_ms is not None:
+        b += field_varint(12, deadline_ms)
+    return b
+
+
+def done_reason(resp):
+    """finish_reason (and error text) of a Done response, or None."""
+    if resp is None or R_DONE not in resp:
+        return None
+    d = decode(resp[R_DONE][0])
+    return d[1][0].decode(), d.get(3, [b""])[0].decode()
 
 
 def request(rid, body_field, body=b""):

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the engine on stories260K through the daemon: golden
+tokens, batch invariance under every policy, live policy swaps, client
+disconnects, preemption, disaggregation, limits and errors."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from phasedtest import *  # noqa: E402,F403
+
+MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
+GOLDEN = os.path.join(SHARED, "golden", "stories260K-once-upon-a-time.json")
+PLUGINS = os.path.join(BUILD, "policies", ".libs")
+if not os.path.exists(MODEL):
+    skip_all("no %s" % MODEL)
+
+golden = json.load(open(GOLDEN))
+PROMPTS = ["Once upon a time", "The little dog was", "Lily went to the park",
+           "Tom had a big red ball", "One day, the sun", "She was very happy",
+           "The cat and the bird", "Mom said"]
+
+
+def gen_json(d, model, prompt, *opts):
+    """Run phasectl --json generate; return (rc, tokens, final, stderr)."""
+    rc, out, err = d.ctl("--json", "generate", model, *opts, prompt)
+    lines = [json.loads(x) for x in out.splitlines() if x.strip()]
+    toks = [x["token_id"] for x in lines if "token_id" in x]
+    final = lines[-1] if lines and "finish_reason" in lines[-1] else None
+    return rc, toks, final, err
+
+
+def gen_many(d, model, prompts, opts):
+    """Start one phasectl per prompt at once; return their token lists."""
+    procs = [subprocess.Popen([PHASECTL, "-s", d.sock, "--json", "generate", model]
+                              + list(opts) + [p], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for p in prompts]
+    res = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        lines = [json.loads(x) for x in out.decode().splitlines() if x.strip()]
+        res.append(([x["token_id"] for x in lines if "token_id" in x],
+                    lines[-1].get("finish_reason") if lines else None))
+    return res
+
+
+def models(d):
+    rc, out, err = d.ctl("--json", "models")
+    return {m["name"]: m for m in json.loads(out)}
+
+
+def wait_idle(d, name, timeout=30):
+    """Wait until a model has no requests and report its KV use."""
+    m = None
+    for _ in range(timeout * 10):
+        m = models(d)[name]
+        if m["requests_running"] == 0 and m["requests_waiting"] == 0:
+            break
+        time.sleep(0.1)
+    return m
+
+
+conf = "plugin-dir %s\nsocket-group nogroup\nmax-waiting 64\n" % PLUGINS
+d = Daemon(conf=conf, dirmode=0o755).start()
+
+rc, out, err = d.ctl("load", "stories", MODEL, "ctx=512", "kv=f32")
+ok(rc == 0 and "loaded" in out, "load stories260K", err)
+m = models(d)["stories"]
+ok(m["arch"] == "llama" and m["type"] == "F32" and m["ctx"] == 512 and
+   m["state"] == "ready", "models shows arch, type, ctx and state", m)
+ok(m["params"] > 250000 and m["params"] < 300000, "parameter count is about 260K", m["params"])
+
+# Golden: BOS + "Once upon a time", 200 greedy tokens.
+rc, toks, final, err = gen_json(d, "stories", "Once upon a time", "--max-tokens", "200", "--temp", "0")
+ok(rc == 0 and toks == golden["greedy_tokens"], "greedy continuation equals the 200 golden tokens",
+   "first difference at %s" % next((i for i, (a, b) in enumerate(zip(toks, golden["greedy_tokens"])) if a != b), len(toks)))
+ok(final is not None and final["finish_reason"] == "length" and final["output_tokens"] == 200
+   and final["prompt_tokens"] == 5, "final object: length, 200 output tokens, 5 prompt tokens", final)
+for k in ("prompt_ms", "ttft_ms", "decode_ms", "prompt_tps", "output_tps"):
+    ok(final is not None and k in final and final[k] >= 0, "final object has %s" % k)
+rc, out, err = d.ctl("generate", "stories", "--max-tokens", "200", "--temp", "0", "Once upon a time")
+ok(rc == 0 and out.rstrip("\n") == golden["greedy_text"], "streamed text equals the golden text", out[:200])
+
+# Solo reference tokens for each prompt.
+solo = {}
+for p in PROMPTS:
+    rc, toks, final, err = gen_json(d, "stories", p, "--max-tokens", "40", "--temp", "0")
+    solo[p] = toks
+ok(all(len(v) == 40 for v in solo.values()), "solo generations of 40 tokens")
+
+# Concurrent generations under each policy give exactly the solo tokens.
+for pol in [["fcfs"], ["decode-reserved", "max_prefill_tokens=8"],
+            ["chunked-prefill", "budget=16"], ["chunked-prefill", "tbt_target_ms=2"]]:
+    rc, out, err = d.ctl("policy", "set", "stories", *pol)
+    ok(rc == 0, "policy set %s" % " ".join(pol), err)
+    res = gen_many(d, "stories", PROMPTS, ["--max-tokens", "40", "--temp", "0"])
+    bad = [p for p, (t, r) in zip(PROMPTS, res) if t != solo[p]]
+    ok(not bad, "%s: 8 concurrent streams equal their solo tokens" % pol[0], bad)
+rc, out, err = d.ctl("--json", "policy", "show", "stories")
+ps = json.loads(out)
+ok(ps["policy"] == "chunked-prefill" and "tbt_target_ms=2" in ps["params"] and ps["swaps"] >= 4,
+   "policy show names the policy, its params and swaps", ps)
+ok(ps["plan_errors"] == 0, "no plan errors from the bundled policies", ps)
+
+# 20 swaps among the policies while 16 streams generate.
+prompts16 = PROMPTS * 2
+procs = [subprocess.Popen([PHASECTL, "-s", d.sock, "--json", "generate", "stories",
+                           "--max-tokens", "40", "--temp", "0", p],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) for p in prompts16]
+cycle = [["fcfs"], ["decode-reserved"], ["chunked-prefill", "budget=16"], ["chunked-prefill", "tbt_target_ms=1"]]
+swaps_ok = 0
+for i in range(20):
+    rc, out, err = d.ctl("policy", "set", "stories", *cycle[i % 4])
+    swaps_ok += rc == 0
+    time.sleep(0.01)
+ok(swaps_ok == 20, "20 policy swaps while serving", swaps_ok)
+lost = []
+for p, pr in zip(prompts16, procs):
+    out, err = pr.communicate(timeout=300)
+    toks = [json.loads(x)["token_id"] for x in out.decode().splitlines() if "token_id" in x]
+    if toks != solo[p]:
+        lost.append(p)
+ok(not lost, "16 streams across 20 swaps: nothing lost, duplicated or changed", lost)
+
+# Policy errors leave the old policy active.
+d.ctl("policy", "set", "stories", "chunked-prefill", "budget=32")
+for args, want in [(["../fcfs"], "not a path"), (["no-such-policy"], "no-such-policy"),
+                   (["chunked-prefill", "budget=0"], "budget"),
+                   (["chunked-prefill", "bogus=1"], "bogus")]:
+    rc, out, err = d.ctl("policy", "set", "stories", *args)
+    ok(rc == 1 and want in err, "policy set %s is refused" % " ".join(args), err)
+rc, out, err = d.ctl("--json", "policy", "show", "stories")
+ok(json.loads(out)["policy"] == "chunked-prefill" and "budget=32" in json.loads(out)["params"],
+   "the old policy stays active after refused swaps", out)
+rc, out, err = d.ctl("policy", "list")
+ok(rc == 0 and all(n in out for n in ("fcfs", "decode-reserved", "chunked-prefill", "disaggregated")),
+   "policy list shows the four policies", out)
+
+# Clients that vanish mid-stream: their KV is freed.
+procs = [subprocess.Popen([PHASECTL, "-s", d.sock, "generate", "stories", "--max-tokens", "400",
+                           "--temp", "0", p], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+         for p in PROMPTS]
+time.sleep(0.3)
+for pr in procs:
+    pr.kill()
+    pr.wait()
+m = wait_idle(d, "stories")
+ok(m["kv_blocks_used"] == 0 and m["requests_running"] == 0, "disconnected clients leave 0 KV blocks in use", m)
+raw = Client(d.sock)
+raw.send(request(1, GENERATE, generate_body("stories", "Once upon a time", max_tokens=300)))
+first = raw.recv()
+ok(first is not None and R_TOKEN in first, "raw generate streams tokens")
+raw.close()
+m = wait_idle(d, "stories")
+ok(m["kv_blocks_used"] == 0, "a raw client closing mid-stream frees its KV", m)
+
+# Cancel by id.
+c = Client(d.sock)
+c.send(request(5, GENERATE, generate_body("stories", "Once upon a time", max_tokens=450)))
+c.recv()
+c.send(request(6, CANCEL, field_varint(1, 5)))
+reason = None
+acked = False
+for _ in range(1000):
+    r = c.recv()
+    if r is None:
+        break
+    if r[1][0] == 6:
+        acked = R_OK in r
+    if r[1][0] == 5 and R_DONE in r:
+        reason = done_reason(r)
+        break
+ok(acked and reason is not None and reason[0] == "cancelled", "cancel by id ends the stream as cancelled", reason)
+
+# A deadline.
+r = c.call(7, GENERATE, generate_body("stories", "Once upon a time", max_tokens=450, deadline_ms=1))
+while r is not None and R_TOKEN in r:
+    r = c.recv()
+reason = done_reason(r)
+ok(reason is not None and reason[0] == "error" and "deadline" in reason[1], "a 1 ms deadline ends with an error", reason)
+
+# Prompt longer than the context, unknown model, bad parameters.
+longp = "Once upon a time " * 200
+rc, out, err = d.ctl("generate", "stories", longp)
+ok(rc == 1 and "does not fit the context of 512" in err, "a prompt longer than the context is refused", err)
+rc, out, err = d.ctl("generate", "nosuch", "hi")
+ok(rc == 1 and "no model nosuch" in err, "unknown model", err)
+rc, out, err = d.ctl("generate", "stories", "--top-p", "1.5", "hi")
+ok(rc == 2 and "--top-p 1.5 is out of range 0..1" in err, "phasectl checks --top-p", err)
+r = c.call(8, GENERATE, generate_body("stories", "hi", temperature=-1.0))
+e = error_of(r)
+ok(e is not None and "temperature" in e[1], "the daemon checks the temperature", e)
+c.close()
+
+# Same seed, same output; sampling differs from greedy.
+a = gen_json(d, "stories", "Once upon a time", "--max-tokens", "30", "--temp", "0.9", "--seed", "42")[1]
+b = gen_json(d, "stories", "Once upon a time", "--max-tokens", "30", "--temp", "0.9", "--seed", "42")[1]
+c2 = gen_json(d, "stories", "Once upon a time", "--max-tokens", "30", "--temp", "0.9", "--seed", "43")[1]
+ok(a == b and len(a) == 30, "same seed, same tokens")
+ok(a != c2, "another seed, other tokens")
+
+# Stop strings.
+rc, out, err = d.ctl("generate", "stories", "--max-tokens", "200", "--temp", "0", "--stop", "park", "Once upon a time")
+ok(rc == 0 and out.rstrip("\n") == golden["greedy_text"].split("park")[0], "a stop string ends the text before it", out)
+rc, toks, final, err = gen_json(d, "stories", "Once upon a time", "--max-tokens", "200", "--temp", "0", "--stop", "park")
+ok(final is not None and final["finish_reason"] == "stop", "finish_reason stop", final)
+
+# Unprivileged peers: generation yes, admin no.
+rc, out, err = d.ctl("generate", "stories", "--max-tokens", "5", "Once", user="nobody")
+ok(rc == 0 and len(out) > 1, "nobody may generate", err)
+for args in (["load", "x", MODEL], ["unload", "stories"], ["policy", "set", "stories", "fcfs"]):
+    rc, out, err = d.ctl(*args, user="nobody")
+    ok(rc == 1 and "permission denied: %s requires admin" % " ".join(args[:2] if args[0] == "policy" else args[:1]) in err,
+       "nobody cannot %s" % " ".join(args[:2]), err)
+
+# Hostile model files are refused and the daemon keeps serving.
+blob = open(MODEL, "rb").read()
+bad_files = {
+    "truncated": blob[:len(blob) // 2],
+    "bad magic": b"GGUX" + blob[4:],
+    "bad version": blob[:4] + b"\x09\x00\x00\x00" + blob[8:],
+    "empty": b"",
+}
+for name, data in bad_files.items():
+    path = os.path.join(d.dir, "bad.gguf")
+    with open(path, "wb") as f:
+        f.write(data)
+    rc, out, err = d.ctl("load", "bad", path)
+    ok(rc == 1 and len(err.strip()) > 10, "loading a %s file fails with an error" % name, err.strip())
+    rc, toks, final, err = gen_json(d, "stories", "Once upon a time", "--max-tokens", "5", "--temp", "0")
+    ok(toks == golden["greedy_tokens"][:5], "after the %s file the model still serves" % name)
+rc, out, err = d.ctl("load", "stories", MODEL)
+ok(rc == 1 and "already loaded" in err, "loading a name twice is refused", err)
+rc, out, err = d.ctl("load", "x", MODEL, "ctx=abc")
+ok(rc == 1 and "ctx 'abc' is not an integer" in err, "a bad load option is refused", err)
+rc, out, err = d.ctl("load", "x", MODEL, "frobs=1")
+ok(rc == 1 and "unknown option 'frobs'" in err, "an unknown load option is refused", err)
+
+# Stats, metrics and trace.
+rc, out, err = d.ctl("--json", "stats", "stories")
+st = json.loads(out)["models"][0]
+ok(rc == 0 and st["model"] == "stories" and "ttft" in st["window"] and "tbt" in st["window"],
+   "stats --json has ttft and tbt rows", list(st["window"].keys()))
+tok_before = st["output_tokens"]
+fin_before = st["counters"]["finished_length"]
+gen_json(d, "stories", "Once upon a time", "--max-tokens", "17", "--temp", "0")
+st = json.loads(d.ctl("--json", "stats", "stories")[1])["models"][0]
+ok(st["output_tokens"] - tok_before == 17, "stats count exactly the 17 new output tokens",
+   st["output_tokens"] - tok_before)
+ok(st["counters"]["finished_length"] == fin_before + 1, "and one more request finished by length")
+rc, out, err = d.ctl("metrics")
+ok(rc == 0 and "phased_time_to_first_token_seconds_bucket" in out and 'model="stories"' in out,
+   "metrics speaks the Prometheus format", out[:200])
+trace = os.path.join(d.dir, "trace.json")
+tp = subprocess.Popen([PHASECTL, "-s", d.sock, "trace", "stories", "--seconds", "2", "-o", trace],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+time.sleep(0.3)
+gen_json(d, "stories", "Once upon a time", "--max-tokens", "20", "--temp", "0")
+out, err = tp.communicate(timeout=30)
+ok(tp.returncode == 0, "trace completes", err)
+try:
+    tj = json.load(open(trace))
+    ev = [e for e in tj["traceEvents"] if e.get("ph") == "X"]
+except Exception as ex:  # noqa: BLE001
+    tj, ev = None, []
+    diag(ex)
+ok(len(ev) >= 20, "the trace is valid JSON with an event per iteration (%d)" % len(ev))
+
+# Forced preemption: a tiny KV pool still gives identical tokens.
+rc, out, err = d.ctl("load", "tiny", MODEL, "ctx=512", "kv=f32", "kv-tokens=96", "block-size=16")
+ok(rc == 0, "load with a 6-block KV pool", err)
+res = gen_many(d, "tiny", PROMPTS[:4], ["--max-tokens", "40", "--temp", "0"])
+bad = [p for p, (t, r) in zip(PROMPTS[:4], res) if t != solo[p]]
+ok(not bad, "preempted generations give identical tokens", bad)
+st = json.loads(d.ctl("--json", "stats", "tiny")[1])["models"][0]
+ok(st["preemptions"] > 0, "preemptions happened (%d)" % st["preemptions"])
+ok(wait_idle(d, "tiny")["kv_blocks_used"] == 0, "no KV left in use after preemptions")
+rc, out, err = d.ctl("unload", "tiny")
+ok(rc == 0, "unload", err)
+
+# Disaggregated on two single-core CPU devices.
+rc, out, err = d.ctl("load", "dis", MODEL, "ctx=512", "kv=f32", "groups=prefill:cpu0/decode:cpu1")
+ok(rc == 0, "load on a prefill group and a decode group", err)
+m = models(d)["dis"]
+ok(m["policy"] == "disaggregated" and len(m["groups"]) == 2 and m["groups"][0]["role"] == "prefill"
+   and m["groups"][1]["role"] == "decode", "two groups, disaggregated policy by default", m)
+res = gen_many(d, "dis", PROMPTS, ["--max-tokens", "40", "--temp", "0"])
+bad = [p for p, (t, r) in zip(PROMPTS, res) if t != solo[p]]
+ok(not bad, "disaggregated generations equal the solo tokens", bad)
+ok(wait_idle(d, "dis")["kv_blocks_used"] == 0, "no KV left in use on either group")
+d.ctl("unload", "dis")
+
+# Overload: a waiting queue of 2.
+with open(d.conf, "w") as f:
+    f.write(conf.replace("max-waiting 64", "max-waiting 2"))
+d.ctl("reload")
+d.ctl("load", "ov", MODEL, "ctx=512", "max-seqs=1")
+res = gen_many(d, "ov", PROMPTS, ["--max-tokens", "60", "--temp", "0"])
+rcs = []
+procs = [subprocess.Popen([PHASECTL, "-s", d.sock, "generate", "ov", "--max-tokens", "60", p],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) for p in PROMPTS]
+errs = [pr.communicate(timeout=120)[1].decode() for pr in procs]
+ok(any("overloaded" in e for e in errs), "requests beyond the waiting queue get 'overloaded'", errs)
+ok(wait_idle(d, "ov")["kv_blocks_used"] == 0, "overload leaves no KV in use")
+
+# In-flight requests per connection.
+with open(d.conf, "w") as f:
+    f.write(conf + "max-requests 2\n")
+d.ctl("reload")
+c = Client(d.sock)
+for i in (1, 2, 3):
+    c.send(request(i, GENERATE, generate_body("stories", "Once upon a time", max_tokens=100)))
+limit = None
+for _ in range(2000):
+    r = c.recv()
+    if r is None:
+        break
+    if r[1][0] == 3:
+        limit = error_of(r)
+        break
+ok(limit is not None and "too many requests in flight on this connection (limit 2)" in limit[1],
+   "a third request in flight on one connection is refused", limit)
+c.close()
+
+# Unload with requests running: they end as cancelled.
+pr = subprocess.Popen([PHASECTL, "-s", d.sock, "--json", "generate", "ov", "--max-tokens", "400", "Once"],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+time.sleep(0.3)
+rc, out, err = d.ctl("unload", "ov")
+ok(rc == 0, "unload a model with a request running", err)
+out, err = pr.communicate(timeout=30)
+lines = [json.loads(x) for x in out.decode().splitlines() if x.strip()]
+ok(lines and lines[-1].get("finish_reason") == "cancelled", "the running request ends as cancelled",
+   lines[-1] if lines else err)
+
+rc = d.stop()
+ok(rc == 0, "daemon exits cleanly with models loaded")
+d.cleanup()
+done()
