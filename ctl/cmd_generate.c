@@ -146,7 +146,7 @@ cmd_generate(struct ctl *ctl, int argc, char **argv)
 				json_strn(stdout, (const char *)r->token->text.data,
 				    r->token->text.len);
 				printf(",\"t_ms\":%.3f}\n", r->token->t_us / 1000.0);
-			} else
+			} else if (r->token->text.len > 0)
 				fwrite(r->token->text.data, 1, r->token->text.len,
 				    stdout);
 			fflush(stdout);

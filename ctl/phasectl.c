@@ -24,6 +24,7 @@ static const struct ctl_cmd *const commands[] = {
 	&ctl_metrics_cmd,
 	&ctl_top_cmd,
 	&ctl_trace_cmd,
+	&ctl_bench_cmd,
 };
 #define N_COMMANDS	(sizeof commands / sizeof commands[0])
 

@@ -37,6 +37,8 @@ extern const struct ctl_cmd ctl_stats_cmd, ctl_metrics_cmd, ctl_top_cmd,
 	    ctl_trace_cmd;
 /* cmd_tokenize.c (offline) */
 extern const struct ctl_cmd ctl_tokenize_cmd;
+/* cmd_bench.c */
+extern const struct ctl_cmd ctl_bench_cmd;
 
 /* Connect and say hello on first use; exits with CTL_EUSAGE on failure. */
 struct phased_conn *ctl_conn(struct ctl *);

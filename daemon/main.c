@@ -51,6 +51,27 @@ load_config(struct daemon *d, struct phased_config *conf, char **cause)
 	return (0);
 }
 
+/* Check the options of every model line, as -n promises. */
+static int
+check_models(const struct phased_config *conf, char **cause)
+{
+	struct inst_opts	 o;
+	char			*why = NULL;
+	int			 i;
+
+	for (i = 0; i < conf->n_models; i++) {
+		if (inst_opts_parse(conf->models[i].options,
+		    conf->models[i].n_options, &o, &why) != 0) {
+			set_cause(cause, "%s:%d: model %s: %s", conf->path,
+			    conf->models[i].line, conf->models[i].name, why);
+			free(why);
+			return (-1);
+		}
+		inst_opts_free(&o);
+	}
+	return (0);
+}
+
 /* Reload the configuration file; on error the old one stays. */
 int
 daemon_reload(char **cause)
@@ -67,6 +88,9 @@ daemon_reload(char **cause)
 		    conf.socket);
 	config_free(&phased->conf);
 	phased->conf = conf;
+	log_setverbose(phased->verbose);
+	/* Models newly listed in the file are loaded now. */
+	instance_load_configured();
 	log_info("configuration reloaded");
 	return (0);
 }
@@ -207,6 +231,10 @@ main(int argc, char **argv)
 		exit(1);
 	}
 	if (check_only) {
+		if (check_models(&d.conf, &cause) != 0) {
+			fprintf(stderr, "phased: %s\n", cause);
+			exit(1);
+		}
 		fprintf(stderr, "phased: configuration OK\n");
 		config_free(&d.conf);
 		exit(0);

@@ -214,8 +214,9 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 	const int8_t	*xq[NR];
 	const float	*dl[NR];
 	const int32_t	*bias[NR];
-	int64_t		 p;
-	int		 i, j;
+	const int	 unroll = kind == K_Q4_K || kind == K_Q6_K ? 4 : 1;
+	int64_t		 p0;
+	int		 i, j, jj;
 	/* Q4_K: dmin * min of every sub-block, for the pass after the loop. */
 	float		 mins[kind == K_Q4_K ? MR : 1][kind == K_Q4_K ? nb : 1];
 
@@ -234,79 +235,82 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 		dl[j] = a->dl + (size_t)(t0 + j) * (stride / 4);
 		bias[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
 	}
-	for (p = 0; p < nsteps; p++) {
-		const int	jj = p & 3;
-
-		/*
-		 * Rows are contiguous, so the tiles that follow start mr rows
-		 * on: fetch ahead at the same offset (the hardware prefetcher
-		 * alone stalls on these short rows).
-		 */
+	/*
+	 * K-quant super-blocks are four steps: unrolled, each step's
+	 * shuffles and shifts are constants.
+	 */
+	for (p0 = 0; p0 < nsteps; p0 += unroll) {
 #pragma GCC unroll 4
-		for (i = 0; i < mr; i++)
-			_mm_prefetch((const char *)row[i] + PF_DIST(kind, mr, rb) +
-			    step_bytes * p, _MM_HINT_T0);
-#pragma GCC unroll 4
-		for (i = 0; i < mr; i++) {
-			if (kind == K_Q4_0)
-				unpack_q4_0(row[i], p, nb, &u[i], &u2[i], &ws[i]);
-			else if (kind == K_Q8_0)
-				unpack_q8_0(row[i], p, nb, &u[i], &ws[i]);
-			else if (kind == K_Q4_K) {
-				const uint8_t *sb = row[i] + 144 * (p >> 2);
-				if (jj == 0) {
-					uint64_t sc, mn;
-					__m256 f;
+		for (jj = 0; jj < unroll; jj++) {
+			const int64_t	p = p0 + jj;
 
-					q4k_scales_fast(sb + 4, &sc, &mn);
-					f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-					    _mm_cvtsi64_si128((long long)sc)));
-					ksc[i] = _mm512_castps256_ps512(
-					    _mm256_mul_ps(f, _mm256_set1_ps(h2f(sb))));
-					f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-					    _mm_cvtsi64_si128((long long)mn)));
-					_mm256_storeu_ps(&mins[kind == K_Q4_K ? i : 0][2 * p],
-					    _mm256_mul_ps(f, _mm256_set1_ps(h2f(sb + 2))));
-				}
-				u[i] = unpack_q4_k(sb, jj);
-				/* Step jj holds chunks c and c + 2, c = 4(jj/2) + jj%2. */
-				ws[i] = _mm512_permutexvar_ps(_mm512_set_epi32(
-				    2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0) +
-				    _mm512_set1_epi32(4 * (jj >> 1) + (jj & 1)), ksc[i]);
-			} else {
-				const uint8_t *sb = row[i] + 210 * (p >> 2);
-				if (jj == 0) {
-					__m128i s8 = _mm_loadu_si128((const __m128i *)(sb + 192));
-					ksc[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(
-					    _mm512_cvtepi8_epi32(s8)), _mm512_set1_ps(h2f(sb + 208)));
-				}
-				u[i] = unpack_q6_k(sb, jj);
-				/* Lane l is sub-block 4 * jj + l / 4. */
-				ws[i] = _mm512_permutexvar_ps(_mm512_add_epi32(
-				    _mm512_set1_epi32(4 * jj), _mm512_srli_epi32(
-				    _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
-				    5, 4, 3, 2, 1, 0), 2)), ksc[i]);
-			}
-		}
+			/* Fetch ahead: see PF_DIST. */
 #pragma GCC unroll 4
-		for (j = 0; j < nr; j++) {
-			const int64_t	xo = kind == K_Q4_0 ? 128 * p : 64 * p;
-			__m512i		x = _mm512_load_si512(xq[j] + xo);
-			__m512i		x2 = kind == K_Q4_0 ?
-					    _mm512_load_si512(xq[j] + xo + 64) :
-					    _mm512_setzero_si512();
-			__m512		d = _mm512_loadu_ps(dl[j] + 16 * p);
-			__m512i		b0 = has_bias ?
-					    _mm512_loadu_si512(bias[j] + 16 * p) :
-					    _mm512_setzero_si512();
-
+			for (i = 0; i < mr; i++)
+				_mm_prefetch((const char *)row[i] + PF_DIST(kind, mr, rb) +
+				    step_bytes * p, _MM_HINT_T0);
 #pragma GCC unroll 4
 			for (i = 0; i < mr; i++) {
-				__m512i	 s = _mm512_dpbusd_epi32(b0, u[i], x);
 				if (kind == K_Q4_0)
-					s = _mm512_dpbusd_epi32(s, u2[i], x2);
-				__m512	 f = _mm512_cvtepi32_ps(s);
-				acc[i][j] = _mm512_fmadd_ps(f, _mm512_mul_ps(ws[i], d), acc[i][j]);
+					unpack_q4_0(row[i], p, nb, &u[i], &u2[i], &ws[i]);
+				else if (kind == K_Q8_0)
+					unpack_q8_0(row[i], p, nb, &u[i], &ws[i]);
+				else if (kind == K_Q4_K) {
+					const uint8_t *sb = row[i] + 144 * (p >> 2);
+					if (jj == 0) {
+						uint64_t sc, mn;
+						__m256 f;
+
+						q4k_scales_fast(sb + 4, &sc, &mn);
+						f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+						    _mm_cvtsi64_si128((long long)sc)));
+						ksc[i] = _mm512_castps256_ps512(
+						    _mm256_mul_ps(f, _mm256_set1_ps(h2f(sb))));
+						f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+						    _mm_cvtsi64_si128((long long)mn)));
+						_mm256_storeu_ps(&mins[kind == K_Q4_K ? i : 0][2 * p],
+						    _mm256_mul_ps(f, _mm256_set1_ps(h2f(sb + 2))));
+					}
+					u[i] = unpack_q4_k(sb, jj);
+					/* Step jj holds chunks c and c + 2, c = 4(jj/2) + jj%2. */
+					ws[i] = _mm512_permutexvar_ps(_mm512_set_epi32(
+					    2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0) +
+					    _mm512_set1_epi32(4 * (jj >> 1) + (jj & 1)), ksc[i]);
+				} else {
+					const uint8_t *sb = row[i] + 210 * (p >> 2);
+					if (jj == 0) {
+						__m128i s8 = _mm_loadu_si128((const __m128i *)(sb + 192));
+						ksc[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(
+						    _mm512_cvtepi8_epi32(s8)), _mm512_set1_ps(h2f(sb + 208)));
+					}
+					u[i] = unpack_q6_k(sb, jj);
+					/* Lane l is sub-block 4 * jj + l / 4. */
+					ws[i] = _mm512_permutexvar_ps(_mm512_add_epi32(
+					    _mm512_set1_epi32(4 * jj), _mm512_srli_epi32(
+					    _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+					    5, 4, 3, 2, 1, 0), 2)), ksc[i]);
+				}
+			}
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++) {
+				const int64_t	xo = kind == K_Q4_0 ? 128 * p : 64 * p;
+				__m512i		x = _mm512_load_si512(xq[j] + xo);
+				__m512i		x2 = kind == K_Q4_0 ?
+						    _mm512_load_si512(xq[j] + xo + 64) :
+						    _mm512_setzero_si512();
+				__m512		d = _mm512_loadu_ps(dl[j] + 16 * p);
+				__m512i		b0 = has_bias ?
+						    _mm512_loadu_si512(bias[j] + 16 * p) :
+						    _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+				for (i = 0; i < mr; i++) {
+					__m512i	 s = _mm512_dpbusd_epi32(b0, u[i], x);
+					if (kind == K_Q4_0)
+						s = _mm512_dpbusd_epi32(s, u2[i], x2);
+					__m512	 f = _mm512_cvtepi32_ps(s);
+					acc[i][j] = _mm512_fmadd_ps(f, _mm512_mul_ps(ws[i], d), acc[i][j]);
+				}
 			}
 		}
 	}

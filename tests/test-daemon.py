@@ -230,6 +230,8 @@ for text, want in [
     ("model a /x ctx\n", "model option 'ctx' is not key=value"),
     ("socket \"/tmp/x\n", "unterminated quoted string"),
     ("default-policy ../evil\n", "must be a plugin name, not a path"),
+    ("model m /x ctx=5\n", "check.conf:1: model m: ctx 5 is out of range 16..16777216"),
+    ("model m /x groups=gpu:cpu0\n", "unknown role 'gpu'"),
 ]:
     rc, err = check(text)
     ok(rc == 1 and want in err, "phased -n rejects: %s" % want, err)

@@ -1,0 +1,2 @@
+/* cuda_fp16.h (emulation): see cuda_runtime.h. */
+#include "cuda_runtime.h"

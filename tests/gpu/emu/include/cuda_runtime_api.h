@@ -1,0 +1,66 @@
+/*
+ * cuda_runtime_api.h (emulation): the part of the CUDA runtime API the
+ * kernels and their tests use, served by emu.cc on the CPU.  Plain C, like
+ * the real header, so the C tests compile against it unchanged.
+ */
+#ifndef EMU_CUDA_RUNTIME_API_H
+#define EMU_CUDA_RUNTIME_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cudaError {
+	cudaSuccess = 0,
+	cudaErrorInvalidValue = 1,
+	cudaErrorMemoryAllocation = 2,
+	cudaErrorNoDevice = 100
+} cudaError_t;
+
+enum cudaMemcpyKind {
+	cudaMemcpyHostToHost,
+	cudaMemcpyHostToDevice,
+	cudaMemcpyDeviceToHost,
+	cudaMemcpyDeviceToDevice,
+	cudaMemcpyDefault
+};
+
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+typedef struct CUstream_st	*cudaStream_t;
+typedef struct CUevent_st	*cudaEvent_t;
+
+struct cudaDeviceProp {
+	char	name[256];
+	size_t	totalGlobalMem;
+	int	multiProcessorCount;
+	int	major;
+	int	minor;
+};
+
+cudaError_t	 cudaMalloc(void **, size_t);
+cudaError_t	 cudaFree(void *);
+cudaError_t	 cudaMemcpy(void *, const void *, size_t, enum cudaMemcpyKind);
+cudaError_t	 cudaDeviceSynchronize(void);
+cudaError_t	 cudaStreamSynchronize(cudaStream_t);
+cudaError_t	 cudaGetLastError(void);
+cudaError_t	 cudaGetDeviceCount(int *);
+cudaError_t	 cudaGetDevice(int *);
+cudaError_t	 cudaDeviceGetAttribute(int *, enum cudaDeviceAttr, int);
+cudaError_t	 cudaGetDeviceProperties(struct cudaDeviceProp *, int);
+const char	*cudaGetErrorString(cudaError_t);
+cudaError_t	 cudaEventCreate(cudaEvent_t *);
+cudaError_t	 cudaEventDestroy(cudaEvent_t);
+cudaError_t	 cudaEventRecord(cudaEvent_t, cudaStream_t);
+cudaError_t	 cudaEventSynchronize(cudaEvent_t);
+cudaError_t	 cudaEventElapsedTime(float *, cudaEvent_t, cudaEvent_t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
