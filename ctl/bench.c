@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,7 +364,8 @@ main(int argc, char **argv)
 	struct pb_result	 r;
 	char			*cause = NULL;
 	uint64_t		 rss_load, hwm_load, wbytes, kv_bytes, map_bytes;
-	uint64_t		 rss_gen, hwm_end, overhead;
+	uint64_t		 rss_gen, hwm_end;
+	int64_t			 overhead;
 	uint32_t		 blocks;
 	int			 i, k, pmax = 1, bmax = 1, ctx, first = 1;
 	double			 roof;
@@ -424,8 +426,8 @@ main(int argc, char **argv)
 		    "\"threads\":%d,\"ctx\":%d,\"results\":[", mi->type_name,
 		    mi->n_params, o.threads, ctx);
 	} else {
-		printf("model %s: %s, %.3f B parameters, file %.1f MiB\n",
-		    o.model, mi->type_name, mi->n_params / 1e9,
+		printf("model %s: %s, %.3f M parameters, file %.1f MiB\n",
+		    o.model, mi->type_name, mi->n_params / 1e6,
 		    map_bytes / 1048576.0);
 		printf("threads %d (0 = all CPUs), ctx %d, %d repetitions\n",
 		    o.threads, ctx, o.reps);
@@ -466,14 +468,14 @@ main(int argc, char **argv)
 
 	rss_gen = p.gen_rss_kb;
 	hwm_end = pb_status_kb("VmHWM");
-	overhead = rss_gen * 1024 > map_bytes + kv_bytes ? rss_gen * 1024 -
-	    map_bytes - kv_bytes : 0;
+	/* Negative when part of the mapping is not resident. */
+	overhead = (int64_t)(rss_gen * 1024) - (int64_t)(map_bytes + kv_bytes);
 	if (o.json) {
 		printf("],\"memory\":{\"model_mapped_bytes\":%" PRIu64 ","
 		    "\"kv_bytes\":%" PRIu64 ",\"kv_blocks\":%u,"
 		    "\"rss_after_load_kb\":%" PRIu64 ",\"hwm_after_load_kb\":%"
 		    PRIu64 ",\"rss_during_generation_kb\":%" PRIu64 ","
-		    "\"hwm_end_kb\":%" PRIu64 ",\"overhead_bytes\":%" PRIu64 "},"
+		    "\"hwm_end_kb\":%" PRIu64 ",\"overhead_bytes\":%" PRId64 "},"
 		    "\"roofline\":{\"weight_bytes_per_step\":%" PRIu64 ","
 		    "\"bandwidth_gbps\":%.3f,\"max_steps_per_s\":%.3f}}\n",
 		    map_bytes, kv_bytes, p.n_blocks, rss_load, hwm_load,

@@ -361,9 +361,6 @@ b_parse(int argc, char **argv, struct b_opts *o)
 	}
 	if (o->mode != BM_INTERFERENCE && have_rate)
 		o->mode = BM_RATE;
-	if (o->mode != BM_INTERFERENCE && o->requests == 0 &&
-	    o->duration == 0)
-		o->requests = 10;
 	return (0);
 }
 
@@ -610,9 +607,12 @@ b_finish(struct bench *b, struct b_req *r, const char *finish,
 			break;
 		}
 	}
-	if (r->kind == BK_CHAT)
+	if (r->kind == BK_CHAT) {
 		b->chat_busy[r->stream] = 0;
-	else if (r->kind == BK_LONG)
+		/* A failing chat would be restarted at once, forever. */
+		if (strcmp(finish, "error") == 0)
+			b->aborted = 1;
+	} else if (r->kind == BK_LONG)
 		b->longs_done++;
 }
 
@@ -642,7 +642,7 @@ b_send(struct bench *b, struct b_req *r)
 	gr.temperature = 0;
 	req.body_case = PHASED__REQUEST__BODY_GENERATE;
 	req.generate = &gr;
-	r->send_ns = now_ns() - b->t0;
+	r->send_ns = now_ns() - b->t0;	/* replaced once connected */
 	b->inflight[b->n_inflight++] = r;
 	if (r->kind == BK_CHAT)
 		b->chat_busy[r->stream] = 1;
@@ -651,14 +651,16 @@ b_send(struct bench *b, struct b_req *r)
 	if ((r->conn = b_conn(b, err, sizeof err)) != NULL) {
 		r->id = phased_next_id(r->conn);
 		req.id = r->id;
+		r->send_ns = now_ns() - b->t0;
 		if (phased_send(r->conn, &req, err, sizeof err) == 0) {
 			free(ids);
 			return;
 		}
 	}
-	/* Not sent: the request ends at once as an error. */
+	/* Not sent: the daemon is unreachable, so send nothing more. */
 	free(ids);
 	b_finish(b, r, "error", err, 0);
+	b->aborted = 1;
 }
 
 /* Record one token event. */
@@ -1216,6 +1218,8 @@ cmd_bench(struct ctl *ctl, int argc, char **argv)
 		b_free(&b);
 		return (CTL_EUSAGE);
 	}
+	if (o.mode != BM_INTERFERENCE && o.requests == 0 && o.duration == 0)
+		o.requests = b.n_lengths > 0 ? (uint32_t)b.n_lengths : 10;
 	if (b_model_info(&b, &path) != 0) {
 		b_free(&b);
 		return (CTL_EDAEMON);

@@ -472,7 +472,7 @@ build_batch(struct engine *e, struct egroup *g, struct phased_plan *p,
 	int		 nb = 0;
 
 	*prefill = *decode = 0;
-	for (i = 0; i < p->n_entries; i++) {
+	for (i = 0; i < p->n_entries && (uint32_t)nb < e->conf.max_seqs; i++) {
 		r = find_req(e, p->entries[i].id);
 		n = p->entries[i].n_tokens;
 		/* The validator checked the plan; these guard the engine. */

@@ -147,7 +147,8 @@ mul_worker(void *arg, int ith, int nth)
 	 * use the full tile height so activation loads are shared by rows.
 	 */
 	row_step = job->n_tok <= SMALL_BATCH ? 1 : k->mr;
-	per_tok = (size_t)m->cols * (job->a->q != NULL ? 3 : 4);
+	per_tok = (size_t)m->cols * (job->a->q != NULL ? 3 :
+	    job->a->xb != NULL ? 2 : 4);
 	tb = (int)(ACT_BLOCK_BYTES / per_tok);
 	tb -= tb % k->nr;
 	if (tb < k->nr)
@@ -183,7 +184,7 @@ qmat_mul(struct threadpool *pool, const struct qmat *m, const float *X, int n_to
 
 	if (n_tok <= 0)
 		return;
-	need = quant_act_bytes(m->type, m->cols, n_tok);
+	need = quant_act_bytes(m->type, m->kern.layout, m->cols, n_tok);
 	if (need != 0) {
 		if (pool != NULL)
 			buf = threadpool_scratch(pool, need);

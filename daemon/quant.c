@@ -283,10 +283,12 @@ quant_code_offset(uint32_t type)
 
 /* Scratch bytes the prepared activations of a type need. */
 size_t
-quant_act_bytes(uint32_t type, int64_t cols, int n_tok)
+quant_act_bytes(uint32_t type, int layout, int64_t cols, int n_tok)
 {
 	size_t	n = (size_t)PAD256(cols) * n_tok;
 
+	if (layout == ACT_BF16)
+		return (ALIGN64(n * 2) + 64);
 	if (!is_int_type(type))
 		return (0);
 	return (ALIGN64(n) + ALIGN64(n / 32 * 4) + ALIGN64(n / 4 * 4) +
@@ -307,9 +309,13 @@ quant_act_init(struct qact *a, uint32_t type, int layout, const float *x, int64_
 	a->n_tok = n_tok;
 	a->layout = layout;
 	a->x = x;
+	p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+	if (layout == ACT_BF16) {
+		a->xb = (uint16_t *)p;
+		return;
+	}
 	if (!is_int_type(type))
 		return;
-	p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
 	a->q = (int8_t *)p;
 	p += ALIGN64(n);
 	a->d = (float *)p;
@@ -356,6 +362,16 @@ quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 	int	 off = quant_code_offset(type), t, j;
 	int	 pos[256];
 
+	if (a->layout == ACT_BF16) {
+		for (t = t0; t < t1; t++) {
+			const float	*x = a->x + (size_t)t * cols;
+			uint16_t	*xb = a->xb + (size_t)t * stride;
+
+			for (l = 0; l < stride; l++)
+				xb[l] = l < cols ? f32_to_bf16(x[l]) : 0;
+		}
+		return;
+	}
 	if (!is_int_type(type))
 		return;
 	for (j = 0; j < 256; j++)
@@ -517,41 +533,60 @@ scalar_q4_k(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
 	}
 }
 
-/* Q6_K rows against quantized tokens. */
+/* Q6_K rows against quantized tokens; each super-block is decoded once. */
 static void
 scalar_q6_k(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)
 {
 	int64_t	sb;
-	int	i, t, j, k;
+	int	i, t, j, k, l;
+	int8_t	c[256];
+	float	acc[4];
 
 	for (i = 0; i < mr; i++) {
 		const uint8_t *row = w + (r0 + i) * rb;
-		for (t = t0; t < t0 + nr; t++) {
-			const int8_t	*q = a->q + (size_t)t * a->stride;
-			const float	*d = a->d + (size_t)t * (a->stride / 32);
-			float		 acc = 0;
 
-			for (sb = 0; sb < cols / 256; sb++) {
-				const uint8_t	*p = row + 210 * sb;
-				const int8_t	*sc = (const int8_t *)(p + 192);
-				float		 dd = fp16_to_f32(ld16(p + 208));
+		for (t = 0; t < nr; t++)
+			acc[t] = 0;
+		for (sb = 0; sb < cols / 256; sb++) {
+			const uint8_t	*p = row + 210 * sb;
+			const int8_t	*sc = (const int8_t *)(p + 192);
+			float		 dd = fp16_to_f32(ld16(p + 208));
 
-				for (j = 0; j < 8; j++) {
-					const int8_t	*qq = q + 256 * sb + 32 * j;
-					int		 isum = 0, s0 = 0, s1 = 0;
-
-					for (k = 0; k < 16; k++) {
-						s0 += (q6k_code(p, 32 * j + k) - 32) * qq[k];
-						s1 += (q6k_code(p, 32 * j + 16 + k) - 32) *
-						    qq[16 + k];
-					}
-					isum = sc[2 * j] * s0 + sc[2 * j + 1] * s1;
-					acc += dd * d[8 * sb + j] * (float)isum;
+			/* Codes minus 32, in element order. */
+			for (j = 0; j < 2; j++) {
+				const uint8_t *ql = p + 64 * j, *qh = p + 128 + 32 * j;
+				int8_t *o = c + 128 * j;
+				for (l = 0; l < 32; l++) {
+					o[l] = (int8_t)(((ql[l] & 0xf) | (qh[l] & 3) << 4) - 32);
+					o[l + 32] = (int8_t)(((ql[l + 32] & 0xf) |
+					    ((qh[l] >> 2) & 3) << 4) - 32);
+					o[l + 64] = (int8_t)(((ql[l] >> 4) |
+					    ((qh[l] >> 4) & 3) << 4) - 32);
+					o[l + 96] = (int8_t)(((ql[l + 32] >> 4) |
+					    ((qh[l] >> 6) & 3) << 4) - 32);
 				}
 			}
-			y[(size_t)t * ldy + r0 + i] = acc;
+			for (t = 0; t < nr; t++) {
+				const int8_t	*q = a->q + (size_t)(t0 + t) * a->stride +
+				    256 * sb;
+				const float	*d = a->d + (size_t)(t0 + t) * (a->stride / 32) +
+				    8 * sb;
+
+				for (j = 0; j < 8; j++) {
+					int s0 = 0, s1 = 0;
+
+					for (k = 0; k < 16; k++) {
+						s0 += c[32 * j + k] * q[32 * j + k];
+						s1 += c[32 * j + 16 + k] * q[32 * j + 16 + k];
+					}
+					acc[t] += dd * d[j] *
+					    (float)(sc[2 * j] * s0 + sc[2 * j + 1] * s1);
+				}
+			}
 		}
+		for (t = 0; t < nr; t++)
+			y[(size_t)(t0 + t) * ldy + r0 + i] = acc[t];
 	}
 }
 
@@ -572,6 +607,21 @@ f16_table_init(void)
 		f16_table[i] = fp16_to_f32(i);
 }
 
+/* Weight c of a float row. */
+static inline float
+float_at(uint32_t type, const uint8_t *row, int64_t c)
+{
+	float	v;
+
+	if (type == TT_F32) {
+		memcpy(&v, row + 4 * c, 4);
+		return (v);
+	}
+	if (type == TT_F16)
+		return (f16_table[ld16(row + 2 * c)]);
+	return (bf16_to_f32(ld16(row + 2 * c)));
+}
+
 /* Float-weight rows (F32, F16, BF16) against f32 tokens. */
 static void
 scalar_float(uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
@@ -587,18 +637,11 @@ scalar_float(uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r
 			float		 acc[8] = { 0 }, sum;
 
 			/* Eight partial sums keep the rounding error small. */
-			for (c = 0; c < cols; c += 8) {
-				for (k = 0; k < 8 && c + k < cols; k++) {
-					float v;
-					if (type == TT_F32)
-						memcpy(&v, row + 4 * (c + k), 4);
-					else if (type == TT_F16)
-						v = f16_table[ld16(row + 2 * (c + k))];
-					else
-						v = bf16_to_f32(ld16(row + 2 * (c + k)));
-					acc[k] += v * x[c + k];
-				}
-			}
+			for (c = 0; c + 8 <= cols; c += 8)
+				for (k = 0; k < 8; k++)
+					acc[k] += float_at(type, row, c + k) * x[c + k];
+			for (k = 0; c + k < cols; k++)
+				acc[k] += float_at(type, row, c + k) * x[c + k];
 			sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
 			    ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 			y[(size_t)t * ldy + r0 + i] = sum;
@@ -666,6 +709,33 @@ quant_kernel_scalar(uint32_t type)
 /* Set by quant_force_isa(); atomics keep concurrent readers well defined. */
 static int	forced_isa = QUANT_ISA_AUTO;
 static int	best_isa = -1;
+static int	bf16_dot;
+
+/* Allow bf16 dot products for F16/BF16 weights; returns the old setting. */
+int
+quant_allow_bf16_dot(int allow)
+{
+	return (__atomic_exchange_n(&bf16_dot, allow != 0, __ATOMIC_RELAXED));
+}
+
+/* Whether bf16 dot products are allowed. */
+int
+quant_bf16_dot_allowed(void)
+{
+	return (__atomic_load_n(&bf16_dot, __ATOMIC_RELAXED));
+}
+
+/* Whether the CPU has AVX512-BF16 (on top of the AVX-512 variant). */
+int
+quant_bf16_dot_supported(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return (quant_isa_supported(QUANT_ISA_AVX512) &&
+	    __builtin_cpu_supports("avx512bf16"));
+#else
+	return (0);
+#endif
+}
 
 /* Whether the CPU (and OS) can run a variant. */
 int

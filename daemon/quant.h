@@ -63,6 +63,7 @@ enum act_layout {
 	ACT_NATURAL = 0,
 	ACT_Q4_0X4 = 1,
 	ACT_Q4_KX = 2,
+	ACT_BF16 = 3,	/* float types: activations rounded to bf16 (xb) */
 };
 
 struct qact {
@@ -76,12 +77,13 @@ struct qact {
 	float		*dl;	/* n_tok x stride/4: scale of each lane */
 	int32_t		*bias;	/* n_tok x stride/4 */
 	float		*s;	/* n_tok x stride/32: d * sum(q) */
+	uint16_t	*xb;	/* ACT_BF16: n_tok x stride bf16 values */
 };
 
 /* Code offset of an integer weight type (0 for the float types). */
 int	quant_code_offset(uint32_t type);
 /* Bytes of scratch the prepared activations need. */
-size_t	quant_act_bytes(uint32_t type, int64_t cols, int n_tok);
+size_t	quant_act_bytes(uint32_t type, int layout, int64_t cols, int n_tok);
 /* Lay the activation arrays of x out over buf. */
 void	quant_act_init(struct qact *a, uint32_t type, int layout, const float *x,
 	    int64_t cols, int n_tok, void *buf);
@@ -105,6 +107,17 @@ struct quant_kernel {
 	int		 layout;	/* enum act_layout the kernel reads */
 	quant_fill_fn	 fill;		/* faster quant_act_fill, same results */
 };
+
+/*
+ * Allow F16 and BF16 weights to use bf16 dot products (vdpbf16ps) where the
+ * CPU has them: about twice the arithmetic rate, at the price of rounding
+ * the activations, and F16 weights, to bf16 (8-bit significand).  Off by
+ * default; read by qmat_create().  Returns the previous setting.
+ */
+int	quant_allow_bf16_dot(int allow);
+int	quant_bf16_dot_allowed(void);
+/* Whether the CPU has the bf16 dot-product instructions. */
+int	quant_bf16_dot_supported(void);
 
 /* The kernel of a variant for a type; fn is NULL when it has none. */
 struct quant_kernel	quant_kernel_get(int isa, uint32_t type);

@@ -18,7 +18,9 @@
  * mins in a short pass per output.
  *
  * Float types: f32 multiply-adds (F16 through F16C, BF16 by shifting),
- * exact in the weights and activations.
+ * exact in the weights and activations; or, when allowed
+ * (quant_allow_bf16_dot), vdpbf16ps on activations rounded to bf16, twice
+ * the arithmetic rate.
  */
 #include "config.h"
 
@@ -461,6 +463,122 @@ FDISPATCH(avx512_f32, TT_F32)
 FDISPATCH(avx512_f16, TT_F16)
 FDISPATCH(avx512_bf16, TT_BF16)
 
+/* 32 weights of a F16 or BF16 row at column c as bf16 (masked past the end). */
+AI __m512bh
+load_wb(uint32_t type, const uint8_t *row, int64_t c, int64_t cols)
+{
+	int64_t		n = cols - c;
+	__mmask32	m = n >= 32 ? ~0U : (__mmask32)((1U << n) - 1);
+
+	if (type == TT_BF16)
+		return ((__m512bh)_mm512_maskz_loadu_epi16(m, row + 2 * c));
+	__m512 lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)m, row + 2 * c));
+	__m512 hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)(m >> 16),
+	    row + 2 * c + 32));
+	return (_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+/*
+ * One tile of a float type with bf16 dot products: each vdpbf16ps adds 32
+ * products (pairs of adjacent columns) into 16 f32 lanes.
+ */
+AI void
+bf16_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	__m512		 acc[MR][FNR];
+	__m512bh	 wv[MR];
+	const uint8_t	*row[MR];
+	const uint16_t	*x[FNR];
+	int64_t		 c;
+	int		 i, j;
+
+#pragma GCC unroll 6
+	for (i = 0; i < mr; i++) {
+		row[i] = w + (r0 + i) * rb;
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++)
+		x[j] = a->xb + (size_t)(t0 + j) * a->stride;
+	for (c = 0; c < cols; c += 32) {
+#pragma GCC unroll 6
+		for (i = 0; i < mr; i++) {
+			_mm_prefetch((const char *)row[i] + PF_DIST(K_Q6_K, mr, rb) + 2 * c,
+			    _MM_HINT_T0);
+			wv[i] = load_wb(type, row[i], c, cols);
+		}
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++) {
+			__m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x[j] + c));
+#pragma GCC unroll 6
+			for (i = 0; i < mr; i++)
+				acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
+		}
+	}
+#pragma GCC unroll 6
+	for (i = 0; i < mr; i++)
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum512(acc[i][j]);
+}
+
+#define BDISPATCH(fn, type)						\
+static void								\
+fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	int	i;							\
+									\
+	if (mr == MR && nr > 1) {					\
+		switch (nr) {						\
+		case 2: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
+		case 3: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
+		case 4: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 4, y, ldy); return; \
+		case 5: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 5, y, ldy); return; \
+		default: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 6, y, ldy); return; \
+		}							\
+	}								\
+	for (i = 0; i < mr; i++) {					\
+		switch (nr) {						\
+		case 1: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
+		case 2: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
+		case 3: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
+		case 4: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 4, y, ldy); break; \
+		case 5: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 5, y, ldy); break; \
+		default: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 6, y, ldy); break; \
+		}							\
+	}								\
+}
+
+BDISPATCH(avx512_f16_bf16dot, TT_F16)
+BDISPATCH(avx512_bf16_bf16dot, TT_BF16)
+
+/* Activations rounded to bf16 (nearest even), zero padded to the stride. */
+static void
+avx512_act_fill_bf16(struct qact *a, uint32_t type, int t0, int t1)
+{
+	const int64_t	cols = a->cols, stride = a->stride;
+	int64_t		c;
+	int		t;
+
+	for (t = t0; t < t1; t++) {
+		const float	*x = a->x + (size_t)t * cols;
+		uint16_t	*xb = a->xb + (size_t)t * stride;
+
+		for (c = 0; c < stride; c += 16) {
+			int64_t		n = cols - c;
+			__mmask16	m = n >= 16 ? 0xffff : n <= 0 ? 0 :
+					    (__mmask16)((1U << n) - 1);
+			__m256bh	v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + c));
+
+			_mm256_storeu_si256((__m256i *)(xb + c), (__m256i)v);
+		}
+	}
+}
+
 /*
  * quant_act_fill with AVX-512: the same arithmetic (max, 127 / max, round to
  * nearest even, integer sums), so the same codes and scales.
@@ -560,6 +678,14 @@ quant_kernel_avx512(uint32_t type)
 {
 	struct quant_kernel	k = { NULL, MR, NR, ACT_NATURAL, quant_act_fill };
 
+	if ((type == TT_F16 || type == TT_BF16) && quant_bf16_dot_allowed() &&
+	    quant_bf16_dot_supported()) {
+		k.fn = type == TT_F16 ? avx512_f16_bf16dot : avx512_bf16_bf16dot;
+		k.nr = FNR;
+		k.layout = ACT_BF16;
+		k.fill = avx512_act_fill_bf16;
+		return (k);
+	}
 	switch (type) {
 	case TT_F32:
 		k.fn = avx512_f32;

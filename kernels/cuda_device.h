@@ -90,6 +90,7 @@ f_to_h2(float a, float b)
 template <uint32_t T>
 __device__ __forceinline__ void load8(const uint8_t *row, int c, float *v);
 
+/* F32: two float4 loads. */
 template <>
 __device__ __forceinline__ void
 load8<TT_F32>(const uint8_t *row, int c, float *v)
@@ -101,6 +102,7 @@ load8<TT_F32>(const uint8_t *row, int c, float *v)
 	v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
+/* F16: one 16-byte load of 8 halves. */
 template <>
 __device__ __forceinline__ void
 load8<TT_F16>(const uint8_t *row, int c, float *v)
@@ -111,6 +113,7 @@ load8<TT_F16>(const uint8_t *row, int c, float *v)
 		h2_to_f(u4_word(u, k), v + 2 * k);
 }
 
+/* BF16: one 16-byte load; a bfloat16 is the top half of a float. */
 template <>
 __device__ __forceinline__ void
 load8<TT_BF16>(const uint8_t *row, int c, float *v)

@@ -174,7 +174,11 @@ struct cuda_attention_args {
 						   else a multiple of 32 */
 };
 
-/* Workspace bytes for splitting a batch of n_tok rows into n_splits. */
+/*
+ * Workspace bytes for splitting a batch of n_tok rows into n_splits.
+ * Automatic splitting (split_len 0) uses at most max_ctx_len / 256 slices
+ * and quietly does without when the workspace is smaller than it needs.
+ */
 size_t	cuda_attention_workspace_size(int n_tok, int n_heads, int head_dim,
 	    int n_splits);
 

@@ -2,8 +2,9 @@
  * bench-matmul: time qmat_mul on TinyLlama-1.1B shapes for every type.
  *
  * usage: bench-matmul [-t threads] [-r min_reps] [-T type,...] [-n ntok,...]
- *     [-s shape index] [-c weight copies] [-C]
+ *     [-s shape index] [-c weight copies] [-B] [-C] [-I variant]
  *
+ * -B lets F16/BF16 weights use bf16 dot products (quant_allow_bf16_dot). *
  * -C times with the thread's CPU clock (one thread only): on a machine
  * shared with other work this removes the time the thread was not running.
  *
@@ -105,7 +106,7 @@ main(int argc, char **argv)
 	char			*cause = NULL, *tok, *str;
 	double			 secs[8][NSHAPES][16];
 
-	while ((ch = getopt(argc, argv, "Ct:r:T:n:s:c:")) != -1) {
+	while ((ch = getopt(argc, argv, "BCI:t:r:T:n:s:c:")) != -1) {
 		switch (ch) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -134,8 +135,21 @@ main(int argc, char **argv)
 		case 'c':
 			copies_opt = atoi(optarg);
 			break;
+		case 'B':
+			quant_allow_bf16_dot(1);
+			break;
 		case 'C':
 			use_cpu_time = 1;
+			break;
+		case 'I':
+			for (k = 0; k < QUANT_ISA_COUNT; k++)
+				if (strcmp(quant_isa_name(k), optarg) == 0)
+					break;
+			if (quant_force_isa(k) != 0) {
+				fprintf(stderr, "variant %s: unknown or not supported\n",
+				    optarg);
+				return (1);
+			}
 			break;
 		case 'n':
 			nntok = 0;
@@ -145,7 +159,7 @@ main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr, "usage: bench-matmul [-t threads] [-r reps] "
-			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies] [-C]\n");
+			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies] [-B] [-C] [-I scalar|avx2|avx512]\n");
 			return (1);
 		}
 	}
@@ -157,8 +171,10 @@ main(int argc, char **argv)
 		fprintf(stderr, "%s\n", cause);
 		return (1);
 	}
-	printf("# variant %s, %d threads; median of >= %d runs; spread = "
-	    "(max - min) / median\n", quant_isa_name(quant_isa()), nthreads, min_reps);
+	printf("# variant %s%s, %d threads; median of >= %d runs; spread = "
+	    "(max - min) / median%s\n", quant_isa_name(quant_isa()),
+	    quant_bf16_dot_allowed() ? " (bf16 dot allowed)" : "", nthreads, min_reps,
+	    use_cpu_time ? "; thread CPU time" : "");
 	for (i = 0; i < ntypes; i++) {
 		const struct tensor_type_info *ti = tensor_type_get(types[i]);
 

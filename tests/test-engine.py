@@ -256,6 +256,12 @@ ok(st["counters"]["finished_length"] == fin_before + 1, "and one more request fi
 rc, out, err = d.ctl("metrics")
 ok(rc == 0 and "phased_time_to_first_token_seconds_bucket" in out and 'model="stories"' in out,
    "metrics speaks the Prometheus format", out[:200])
+rc, out, err = d.ctl("top", "--count", "2")
+lines = [x for x in out.splitlines() if " stories " in x]
+ok(rc == 0 and len(lines) == 2 and "chunked-prefill" in lines[0],
+   "top prints a plain line per model and refresh when not on a terminal", out)
+rc, out, err = d.ctl("--json", "top", "--count", "1")
+ok(rc == 0 and json.loads(out)["models"][0]["model"] == "stories", "top --json", out[:200])
 trace = os.path.join(d.dir, "trace.json")
 tp = subprocess.Popen([PHASECTL, "-s", d.sock, "trace", "stories", "--seconds", "2", "-o", trace],
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -17,6 +17,8 @@
 
 #define MAXTOK	130
 
+static int	bf16_mode;	/* float types use bf16 dot products */
+
 static const int ntoks[] = { 1, 2, 3, 7, 33, 64, 130 };
 static const int64_t rowcounts[] = { 1, 5, 37 };
 
@@ -60,7 +62,7 @@ test_shape(struct threadpool *pool, int isa, uint32_t type, int64_t rows, int64_
 				e += wsum * amax / 127 * 0.5;
 			}
 			if (type == TT_F32 || type == TT_F16 || type == TT_BF16)
-				e = 0;
+				e = bf16_mode ? sabs / 128 : 0;
 			ref[t * rows + r] = dot_row_ref(type, w + r * rb, xt, cols);
 			tol[t * rows + r] = e + 2e-5 * sabs + 1e-6;
 		}
@@ -177,6 +179,21 @@ main(void)
 				test_shape(pool, isa, ktu_types[i], 3, 96);
 			}
 	}
+	/* bf16 dot products for the float types, where the CPU has them. */
+	if (quant_bf16_dot_supported()) {
+		quant_force_isa(QUANT_ISA_AVX512);
+		quant_allow_bf16_dot(1);
+		bf16_mode = 1;
+		for (j = 0; j < sizeof rowcounts / sizeof rowcounts[0]; j++) {
+			test_shape(pool, QUANT_ISA_AVX512, TT_F16, rowcounts[j], 512);
+			test_shape(pool, QUANT_ISA_AVX512, TT_BF16, rowcounts[j], 512);
+		}
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 6, 160);
+		test_shape(pool, QUANT_ISA_AVX512, TT_BF16, 3, 96);
+		bf16_mode = 0;
+		quant_allow_bf16_dot(0);
+	} else
+		diag("bf16 dot products: not supported by this CPU, skipped");
 	quant_force_isa(QUANT_ISA_AUTO);
 	threadpool_destroy(pool);
 	done_testing();

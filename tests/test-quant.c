@@ -164,8 +164,8 @@ test_dots(uint32_t type, int isa)
 	float		*x = malloc(n * sizeof *x), *xq = malloc(n * sizeof *xq);
 	float		 y;
 	struct qact	 a;
-	void		*buf = malloc(quant_act_bytes(type, n, 1) + 64);
 	struct quant_kernel k = quant_kernel_get(isa, type);
+	void		*buf = malloc(quant_act_bytes(type, k.layout, n, 1) + 64);
 	double		 worst = 0;
 
 	for (rep = 0; rep < 20; rep++) {
@@ -188,11 +188,21 @@ test_dots(uint32_t type, int isa)
 			if (a.q != NULL) {
 				xq[i] = a.q[quant_act_pos(k.layout, i)] * a.d[i / 32];
 				qerr += fabs(w) * a.d[i / 32] * 0.5;
+			} else if (a.xb != NULL) {
+				/* bf16 dot: activations and weights rounded. */
+				xq[i] = bf16_to_f32(a.xb[i]);
+				qerr += fabs(w * x[i]) / 128;
 			} else
 				xq[i] = x[i];
 		}
 		/* Exact arithmetic on the quantized activations... */
 		refq = dot_row_ref(type, row, xq, n);
+		if (a.xb != NULL) {
+			refq = 0;
+			for (i = 0; i < n; i++)
+				refq += (double)bf16_to_f32(f32_to_bf16((float)ref_elem(type,
+				    row, i))) * xq[i];
+		}
 		tolq = 2e-5 * sabs + 1e-6;
 		if (fabs(y - refq) > tolq)
 			tight_fails++;
@@ -204,8 +214,9 @@ test_dots(uint32_t type, int isa)
 			worst = fabs(y - refq) / (sabs + 1e-30);
 	}
 	ok(fails == 0 && tight_fails == 0,
-	    "%s %s: dot products within tolerance (worst %.3g of sum |w x|)",
-	    quant_isa_name(isa), tensor_type_name(type), worst);
+	    "%s %s%s: dot products within tolerance (worst %.3g of sum |w x|)",
+	    quant_isa_name(isa), tensor_type_name(type),
+	    k.layout == ACT_BF16 ? " (bf16 dot)" : "", worst);
 	free(buf);
 	free(row);
 	free(x);
@@ -219,7 +230,7 @@ test_fill(uint32_t type, int isa)
 	struct quant_kernel k = quant_kernel_get(isa, type);
 	int64_t		 cols = 96 * 8 + 32 * 3, i;	/* a partial last group */
 	int		 n = 3;
-	size_t		 bytes = quant_act_bytes(type, cols, n) + 64;
+	size_t		 bytes = quant_act_bytes(type, k.layout, cols, n) + 64;
 	float		*x = malloc(cols * n * sizeof *x);
 	void		*b1 = calloc(1, bytes), *b2 = calloc(1, bytes);
 	struct qact	 a1, a2;
@@ -263,5 +274,12 @@ main(void)
 		for (i = 3; i < KTU_NTYPES; i++)
 			test_fill(ktu_types[i], isa);
 	}
+	if (quant_bf16_dot_supported()) {
+		quant_allow_bf16_dot(1);
+		test_dots(TT_F16, QUANT_ISA_AVX512);
+		test_dots(TT_BF16, QUANT_ISA_AVX512);
+		quant_allow_bf16_dot(0);
+	} else
+		diag("bf16 dot products: not supported by this CPU, skipped");
 	done_testing();
 }

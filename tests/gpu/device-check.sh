@@ -70,7 +70,7 @@ if [ $mode = autotools ] && [ ! -x "$top/configure" ]; then
 fi
 if [ $mode = autotools ]; then
 	if "$top/configure" -q --with-cuda >configure.log 2>&1; then
-		grep -E "CUDA backend|NCCL" configure.log
+		grep -E "define HAVE_(CUDA|NCCL)" config.h
 	else
 		tail -3 configure.log
 		echo "configure failed"
@@ -108,14 +108,11 @@ if [ $mode = direct ]; then
 	done
 	cudalibs="-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
 	    -lcublas -lcudart -lstdc++ -lm"
-	objs="direct/runtime.o direct/ops.o direct/matmul.o direct/qmatmul.o \
-	    direct/attention.o direct/sample.o direct/util.o direct/log.o \
-	    direct/tensor_type.o"
 	[ $ok = 1 ] &&
 	cc $cflags -o tests/gpu/test-kernels "$top/tests/gpu/test-kernels.c" \
-	    $objs direct/ref.o $cudalibs &&
+	    direct/*.o $cudalibs &&
 	cc $cflags -o tests/gpu/bench-kernels "$top/tests/gpu/bench-kernels.c" \
-	    $objs $cudalibs || ok=0
+	    direct/*.o $cudalibs || ok=0
 	if [ $ok = 0 ]; then
 		cat direct/*.log
 		echo "direct build failed"

@@ -621,7 +621,7 @@ attn_case(const char *name, int n_seqs, const int *q_len, const int *ctx,
 	size_t				 cache, ws_bytes = 0;
 	int				 s, i, j, nblk = 0, max_blocks = 0, n_tok = 0;
 	int				 max_q = 0, max_ctx = 0, tmp;
-	char				 sh[128];
+	char				 sh[128], split[32];
 	void				*dws = NULL;
 
 	for (s = 0; s < n_seqs; s++) {
@@ -690,8 +690,14 @@ attn_case(const char *name, int n_seqs, const int *q_len, const int *ctx,
 	from_dev(got, a.out, (size_t)n_tok * n_heads * hd * 4);
 	ref_attention_forward(want, q, kc, vc, bt, max_blocks, seqs, n_seqs,
 	    n_heads, n_kv, hd, a.scale);
-	snprintf(sh, sizeof sh, "%s/s%d/h%d:%d/d%d/split%s%d", name, n_seqs,
-	    n_heads, n_kv, hd, split_len == 0 ? "auto" : "", split_len);
+	if (split_len == 0)
+		snprintf(split, sizeof split, "split=auto");
+	else if (split_len < 0)
+		snprintf(split, sizeof split, "nosplit");
+	else
+		snprintf(split, sizeof split, "split=%d", split_len);
+	snprintf(sh, sizeof sh, "%s/s%d/h%d:%d/d%d/%s", name, n_seqs, n_heads,
+	    n_kv, hd, split);
 	check("attention", sh, got, want, (size_t)n_tok * n_heads * hd, 1e-5,
 	    1e-4);
 

@@ -247,6 +247,7 @@ cudaMalloc(void **p, size_t n)
 	return cudaSuccess;
 }
 
+/* Free emulated device memory. */
 cudaError_t
 cudaFree(void *p)
 {
@@ -254,6 +255,7 @@ cudaFree(void *p)
 	return cudaSuccess;
 }
 
+/* Every copy is a host copy. */
 cudaError_t
 cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
 {
@@ -261,6 +263,7 @@ cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
 	return cudaSuccess;
 }
 
+/* Launches run synchronously: there is never anything to wait for. */
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
@@ -270,6 +273,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 
+/* No timing in the emulation. */
 cudaError_t
 cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
 {
@@ -302,6 +306,7 @@ cudaGetDeviceProperties(struct cudaDeviceProp *p, int)
 	return cudaSuccess;
 }
 
+/* Name an emulated error. */
 const char *
 cudaGetErrorString(cudaError_t e)
 {
@@ -310,6 +315,7 @@ cudaGetErrorString(cudaError_t e)
 
 }
 
+/* A cuBLAS handle is a token. */
 cublasStatus_t
 cublasCreate(cublasHandle_t *h)
 {
@@ -317,6 +323,7 @@ cublasCreate(cublasHandle_t *h)
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+/* Free the token. */
 cublasStatus_t
 cublasDestroy(cublasHandle_t h)
 {
@@ -324,12 +331,14 @@ cublasDestroy(cublasHandle_t h)
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+/* Streams do not exist in the emulation. */
 cublasStatus_t
 cublasSetStream(cublasHandle_t, cudaStream_t)
 {
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+/* Name an emulated cuBLAS error. */
 const char *
 cublasGetStatusString(cublasStatus_t)
 {
@@ -381,6 +390,7 @@ emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+/* SGEMM through the reference product. */
 cublasStatus_t
 cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
     int m, int n, int k, const float *alpha, const float *A, int lda,
@@ -390,6 +400,7 @@ cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
 	    CUDA_R_32F, ldb, *beta, C, ldc);
 }
 
+/* GemmEx through the reference product, for the type combinations phased uses. */
 cublasStatus_t
 cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
     int m, int n, int k, const void *alpha, const void *A, cudaDataType_t at,

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Tests of the benchmarking tools on stories260K: phasectl bench against a
+daemon on a temporary socket (request counts, exact token counts, the
+fields of the --json report and the --timeline file, goodput bounded by
+throughput, the interference scenario, usage errors) and phased-bench
+(prints its figures and exits 0; no speed is asserted)."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from phasedtest import *  # noqa: E402,F403
+
+MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
+PLUGINS = os.path.join(BUILD, "policies", ".libs")
+PHASED_BENCH = os.path.join(BUILD, "phased-bench")
+if not os.path.exists(MODEL):
+    skip_all("no %s" % MODEL)
+
+LAT = ["ttft", "tbt", "tpot", "e2e", "daemon_ttft", "daemon_tbt", "daemon_queue"]
+STAT = ["n", "mean", "p50", "p90", "p99", "max"]
+
+
+def bench(d, *args):
+    """Run phasectl --json bench stories ARGS; (rc, report or None, stderr)."""
+    rc, out, err = d.ctl("--json", "bench", "stories", "--quiet", *args)
+    try:
+        rep = json.loads(out)
+    except ValueError:
+        rep = None
+    return rc, rep, err
+
+
+def timeline(path):
+    with open(path) as f:
+        return json.load(f)["requests"]
+
+
+d = Daemon(conf="plugin-dir %s\n" % PLUGINS).start()
+try:
+    rc, out, err = d.ctl("load", "stories", MODEL, "ctx=128")
+    ok(rc == 0, "stories260K loads", err)
+    tl = os.path.join(d.dir, "timeline.json")
+
+    # Closed loop: 9 requests, 3 in flight.
+    rc, rep, err = bench(d, "--concurrency", "3", "--requests", "9",
+                         "--prompt-len", "20", "--output-len", "12",
+                         "--seed", "5", "--timeline", tl)
+    ok(rc == 0 and rep is not None, "bench --concurrency exits 0 with JSON", err)
+    rep = rep or {}
+    for k in ["model", "mode", "prompt_source", "requests", "completed", "errors",
+              "finish_reasons", "duration_s", "request_throughput", "prompt_tokens",
+              "output_tokens", "prompt_tps", "output_tps", "goodput", "slo_ttft_ms",
+              "slo_tbt_ms", "concurrency", "latency_ms"]:
+        ok(k in rep, "report has %s" % k)
+    lat = rep.get("latency_ms", {})
+    ok(all(k in lat and all(s in lat[k] for s in STAT) for k in LAT),
+       "latency_ms has %s, each with %s" % (", ".join(LAT), ", ".join(STAT)), lat)
+    is_int = lambda a, b, desc: ok(a == b, desc, "got %r, want %r" % (a, b))  # noqa: E731
+    is_int(rep.get("mode"), "concurrency", "mode is concurrency")
+    is_int(rep.get("prompt_source"), "text", "prompts are tokenized text")
+    is_int(rep.get("requests"), 9, "9 requests sent")
+    is_int(rep.get("completed"), 9, "9 requests completed")
+    is_int(rep.get("errors"), 0, "no errors")
+    is_int(sum(rep.get("finish_reasons", {}).values()), 9, "finish reasons count 9")
+    is_int(rep.get("prompt_tokens"), 9 * 20, "daemon saw exactly 9 x 20 prompt tokens")
+    reqs = timeline(tl)
+    is_int(len(reqs), 9, "timeline has 9 requests")
+    n_len = sum(1 for r in reqs if r["finish"] == "length")
+    ok(all(len(r["tokens_ms"]) == 12 for r in reqs if r["finish"] == "length"),
+       "every request finished by length has 12 tokens")
+    ok(all(len(r["tokens_ms"]) <= 12 for r in reqs), "no request has more than 12 tokens")
+    is_int(rep.get("output_tokens"), sum(len(r["tokens_ms"]) for r in reqs),
+           "output_tokens is the sum of the timeline's tokens")
+    if n_len == 9:
+        is_int(rep.get("output_tokens"), 9 * 12, "output tokens = 9 x 12")
+    ok(all(len(r["daemon_us"]) == len(r["tokens_ms"]) for r in reqs),
+       "each token has a daemon time")
+    ok(all(r["send_ms"] <= r["tokens_ms"][0] <= r["done_ms"] for r in reqs if r["tokens_ms"]),
+       "send <= first token <= done")
+    ok(all(b >= a for r in reqs for a, b in zip(r["tokens_ms"], r["tokens_ms"][1:])),
+       "token times never go back")
+    ok(rep.get("goodput", 1) <= rep.get("request_throughput", 0) + 1e-9,
+       "goodput <= throughput")
+    is_int(lat.get("ttft", {}).get("n"), 9, "9 TTFT samples")
+    ok(lat.get("ttft", {}).get("p50", -1) <= lat.get("ttft", {}).get("max", -2),
+       "ttft p50 <= max")
+    is_int(lat.get("tbt", {}).get("n"), rep.get("output_tokens", 0) - 9,
+           "one TBT sample per token after the first")
+
+    # Open loop, Poisson, length ranges, an SLO no request can meet.
+    rc, rep, err = bench(d, "--rate", "40", "--requests", "6", "--prompt-len", "10-30",
+                         "--output-len", "4-8", "--seed", "3", "--slo-ttft-ms", "0.001",
+                         "--timeline", tl)
+    ok(rc == 0 and rep is not None, "bench --rate exits 0", err)
+    rep = rep or {}
+    is_int(rep.get("mode"), "poisson", "mode is poisson")
+    is_int(rep.get("completed"), 6, "6 requests completed")
+    is_int(rep.get("goodput"), 0, "goodput is 0 under an impossible TTFT SLO")
+    reqs = timeline(tl)
+    ok(all(10 <= r["prompt_tokens"] <= 30 and 4 <= r["output_len"] <= 8 for r in reqs),
+       "lengths drawn within the ranges")
+    is_int(rep.get("prompt_tokens"), sum(r["prompt_tokens"] for r in reqs),
+           "daemon prompt tokens match the drawn lengths")
+
+    # Gamma arrivals with the same seed draw the same lengths.
+    rc1, rep1, _ = bench(d, "--rate", "40", "--burstiness", "0.5", "--requests", "5",
+                         "--prompt-len", "5-40", "--output-len", "3", "--seed", "11")
+    rc2, rep2, _ = bench(d, "--rate", "40", "--burstiness", "0.5", "--requests", "5",
+                         "--prompt-len", "5-40", "--output-len", "3", "--seed", "11")
+    ok(rc1 == 0 and rc2 == 0 and rep1 and rep2 and rep1["mode"] == "gamma" and
+       rep1["prompt_tokens"] == rep2["prompt_tokens"],
+       "gamma arrivals run; one seed gives the same prompt lengths",
+       (rep1 or {}).get("prompt_tokens"))
+
+    # A lengths file, cycled.
+    lf = os.path.join(d.dir, "lengths.txt")
+    with open(lf, "w") as f:
+        f.write("# prompt output\n5 3\n7 4\n")
+    rc, rep, err = bench(d, "--concurrency", "2", "--requests", "4", "--lengths-file", lf)
+    ok(rc == 0 and rep is not None, "bench --lengths-file exits 0", err)
+    is_int((rep or {}).get("prompt_tokens"), 24, "lengths file: 5+7+5+7 prompt tokens")
+
+    # Synthetic prompts when the model file cannot be read.
+    rc, rep, err = bench(d, "--requests", "2", "--prompt-len", "9", "--output-len", "2",
+                         "--model-file", "/nonexistent/model.gguf")
+    ok(rc == 0 and rep is not None and rep["prompt_source"] == "synthetic" and
+       rep["prompt_tokens"] == 18, "unreadable --model-file: synthetic ids, exact length",
+       err)
+
+    # The interference scenario.
+    rc, rep, err = bench(d, "--scenario", "interference", "--chats", "2",
+                         "--chat-output", "8", "--chat-prompt-len", "6",
+                         "--long-prompt-len", "90", "--long-output", "3",
+                         "--long-every", "0.2", "--long-count", "2", "--timeline", tl)
+    ok(rc == 0 and rep is not None, "interference scenario exits 0", err)
+    rep = rep or {}
+    inter = rep.get("interference", {})
+    is_int(inter.get("long_completed"), 2, "both long prompts completed")
+    ok("chat_tbt" in inter and "long_ttft" in inter and
+       all(s in inter["chat_tbt"] for s in STAT), "interference has chat_tbt and long_ttft")
+    is_int(inter.get("long_ttft", {}).get("n"), 2, "two long-prompt TTFT samples")
+    reqs = timeline(tl)
+    ok(sorted(set(r["stream"] for r in reqs if r["kind"] == "chat")) == [0, 1],
+       "two chat streams")
+    longs = [r for r in reqs if r["kind"] == "long"]
+    ok(len(longs) == 2 and all(r["prompt_tokens"] == 90 for r in longs),
+       "two long prompts of 90 tokens")
+    ok(len(longs) == 2 and abs(longs[1]["send_ms"] - longs[0]["send_ms"] - 200) < 100,
+       "long prompts 0.2 s apart", [r["send_ms"] for r in longs])
+    ok(rep.get("goodput", 1) <= rep.get("request_throughput", 0) + 1e-9,
+       "interference: goodput <= throughput")
+
+    # The text report.
+    rc, out, err = d.ctl("bench", "stories", "--requests", "2", "--output-len", "3",
+                         "--prompt-len", "4", "--quiet")
+    ok(rc == 0 and "ttft" in out and "goodput" in out and "throughput" in out,
+       "text report", out + err)
+
+    # Errors.
+    rc, out, err = d.ctl("bench", "nosuch", "--requests", "1")
+    ok(rc == 1 and "not loaded" in err, "unknown model: exit 1", (rc, err))
+    rc, out, err = d.ctl("bench", "stories", "--burstiness", "2")
+    ok(rc == 2 and "--rate" in err, "--burstiness without --rate: usage error", err)
+    rc, out, err = d.ctl("bench", "stories", "--prompt-len", "9-3")
+    ok(rc == 2, "a backwards range is a usage error", err)
+    rc, out, err = d.ctl("bench", "stories", "--bogus", "1")
+    ok(rc == 2 and "unknown option" in err, "unknown option", err)
+    rc, out, err = d.ctl("bench", "stories", "--requests", "1", "--prompt-len", "200",
+                         "--output-len", "4", "--quiet")
+    ok(rc == 1 and "error" in out, "a prompt over ctx is counted as an error", out + err)
+finally:
+    d.stop()
+    d.cleanup()
+
+# phased-bench, in process.
+if os.path.exists(PHASED_BENCH):
+    p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "32,64", "-n", "8", "-b", "1,4",
+                        "-r", "2", "-t", "1"], capture_output=True, timeout=300)
+    out = p.stdout.decode()
+    ok(p.returncode == 0, "phased-bench exits 0", p.stderr.decode())
+    for name in ["pp32", "pp64", "tg8 batch 1", "tg8 batch 4", "roofline", "VmRSS"]:
+        ok(name in out, "phased-bench prints %s" % name, out)
+    p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "16", "-n", "4", "-b", "2",
+                        "-r", "3", "--json"], capture_output=True, timeout=300)
+    try:
+        j = json.loads(p.stdout.decode())
+    except ValueError:
+        j = {}
+    res = j.get("results", [])
+    ok(p.returncode == 0 and len(res) == 2, "phased-bench --json: two results",
+       p.stdout.decode() + p.stderr.decode())
+    ok(all(r["reps"] == 3 and len(r["samples"]) == 3 and
+           r["tps_min"] <= r["tps_median"] <= r["tps_max"] for r in res),
+       "three samples each, min <= median <= max")
+    ok(j.get("memory", {}).get("model_mapped_bytes") == os.path.getsize(MODEL),
+       "mapped size is the file size")
+    ok(j.get("memory", {}).get("kv_bytes", 0) > 0 and
+       j.get("roofline", {}).get("weight_bytes_per_step", 0) > 0,
+       "KV bytes and roofline reported")
+    p = subprocess.run([PHASED_BENCH, "-m", "/nonexistent.gguf"], capture_output=True)
+    ok(p.returncode == 1 and b"nonexistent" in p.stderr, "phased-bench: missing model",
+       p.stderr.decode())
+else:
+    diag("phased-bench not built")
+done()
