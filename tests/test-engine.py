@@ -347,4 +347,21 @@ ok(lines and lines[-1].get("finish_reason") == "cancelled", "the running request
 rc = d.stop()
 ok(rc == 0, "daemon exits cleanly with models loaded")
 d.cleanup()
+
+# Models listed in phased.conf are loaded at start.
+d = Daemon(conf="plugin-dir %s\nmodel story \"%s\" ctx=256 policy=chunked-prefill "
+           "policy.budget=32\n" % (PLUGINS, MODEL)).start()
+state = None
+for _ in range(300):
+    state = models(d).get("story", {}).get("state")
+    if state == "ready":
+        break
+    time.sleep(0.1)
+ok(state == "ready", "a model from phased.conf is loaded at start", state)
+m = models(d)["story"]
+ok(m["ctx"] == 256 and m["policy"] == "chunked-prefill", "with its options", m)
+rc, toks, final, err = gen_json(d, "story", "Once upon a time", "--max-tokens", "10", "--temp", "0")
+ok(toks == golden["greedy_tokens"][:10], "and serves the golden tokens")
+ok(d.stop() == 0, "daemon exits cleanly")
+d.cleanup()
 done()
