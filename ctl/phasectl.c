@@ -28,6 +28,7 @@ static const struct ctl_cmd *const commands[] = {
 };
 #define N_COMMANDS	(sizeof commands / sizeof commands[0])
 
+/* Print the usage with every command and exit. */
 static void __attribute__((noreturn))
 usage(void)
 {
@@ -223,6 +224,7 @@ strip_json(struct ctl *ctl, int *argc, char **argv)
 	argv[j] = NULL;
 }
 
+/* Parse global options, find the command and run it. */
 int
 main(int argc, char **argv)
 {

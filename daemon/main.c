@@ -28,6 +28,7 @@
 
 struct daemon	*phased;
 
+/* Print the usage and exit. */
 static void __attribute__((noreturn))
 usage(void)
 {
@@ -185,6 +186,7 @@ write_pidfile(struct daemon *d)
 	fclose(f);
 }
 
+/* Parse options, load the configuration, listen, serve until told to stop. */
 int
 main(int argc, char **argv)
 {
