@@ -364,7 +364,7 @@ main(int argc, char **argv)
 	struct pb_result	 r;
 	char			*cause = NULL;
 	uint64_t		 rss_load, hwm_load, wbytes, kv_bytes, map_bytes;
-	uint64_t		 rss_gen, hwm_end;
+	uint64_t		 rss_gen, hwm_end, rss_warm;
 	int64_t			 overhead;
 	uint32_t		 blocks;
 	int			 i, k, pmax = 1, bmax = 1, ctx, first = 1;
@@ -440,6 +440,7 @@ main(int argc, char **argv)
 
 	/* Warm up: fault the weights in and start the threads. */
 	pb_pp_once(&p, pmax < 16 ? pmax : 16);
+	rss_warm = pb_status_kb("VmRSS");
 
 	for (i = 0; i < o.n_pp; i++) {
 		if (o.pp[i] == 0)
@@ -474,18 +475,20 @@ main(int argc, char **argv)
 		printf("],\"memory\":{\"model_mapped_bytes\":%" PRIu64 ","
 		    "\"kv_bytes\":%" PRIu64 ",\"kv_blocks\":%u,"
 		    "\"rss_after_load_kb\":%" PRIu64 ",\"hwm_after_load_kb\":%"
-		    PRIu64 ",\"rss_during_generation_kb\":%" PRIu64 ","
+		    PRIu64 ",\"rss_after_warmup_kb\":%" PRIu64 ",\"rss_during_generation_kb\":%" PRIu64 ","
 		    "\"hwm_end_kb\":%" PRIu64 ",\"overhead_bytes\":%" PRId64 "},"
 		    "\"roofline\":{\"weight_bytes_per_step\":%" PRIu64 ","
 		    "\"bandwidth_gbps\":%.3f,\"max_steps_per_s\":%.3f}}\n",
 		    map_bytes, kv_bytes, p.n_blocks, rss_load, hwm_load,
-		    rss_gen, hwm_end, overhead, wbytes, o.bw_gbps, roof);
+		    rss_warm, rss_gen, hwm_end, overhead, wbytes, o.bw_gbps, roof);
 	} else {
 		printf("memory: model mapped %.1f MiB, KV pool %.1f MiB "
 		    "(%u blocks)\n", map_bytes / 1048576.0,
 		    kv_bytes / 1048576.0, p.n_blocks);
-		printf("  VmRSS after load %.1f MiB (VmHWM %.1f MiB)\n",
-		    rss_load / 1024.0, hwm_load / 1024.0);
+		printf("  VmRSS after load %.1f MiB (VmHWM %.1f MiB; the "
+		    "mapping is faulted in on first use), after one warm-up "
+		    "pass %.1f MiB\n", rss_load / 1024.0, hwm_load / 1024.0,
+		    rss_warm / 1024.0);
 		if (rss_gen > 0)
 			printf("  VmRSS during generation %.1f MiB = mapped "
 			    "model %.1f + KV %.1f + overhead %.1f MiB "

@@ -301,6 +301,80 @@ DISPATCH(avx2_f32, float_tile, TT_F32)
 DISPATCH(avx2_f16, float_tile, TT_F16)
 DISPATCH(avx2_bf16, float_tile, TT_BF16)
 
+/*
+ * quant_act_fill with AVX2 for the natural layout: the same arithmetic
+ * (max, 127 / max, round to nearest even, integer sums), so the same codes
+ * and scales.
+ */
+static void
+avx2_act_fill(struct qact *a, uint32_t type, int t0, int t1)
+{
+	const int64_t	 cols = a->cols, stride = a->stride, nb = stride / 32;
+	const int	 off = quant_code_offset(type);
+	const __m256i	 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	const __m256	 sign = _mm256_set1_ps(-0.0f);
+	int64_t		 b;
+	int		 t, k;
+
+	for (t = t0; t < t1; t++) {
+		const float	*x = a->x + (size_t)t * cols;
+		int8_t		*q = a->q + (size_t)t * stride;
+		float		*d = a->d + (size_t)t * nb;
+		float		*dl = a->dl + (size_t)t * stride / 4;
+		int32_t		*bias = a->bias + (size_t)t * stride / 4;
+		float		*s = a->s + (size_t)t * nb;
+
+		for (b = 0; b < nb; b++) {
+			__m256	 v[4], m;
+			__m256i	 qi[4], p;
+			__m128	 h;
+			float	 amax, db, id;
+			int	 sum;
+
+			if (32 * b >= cols) {
+				_mm256_storeu_si256((__m256i *)(q + 32 * b),
+				    _mm256_setzero_si256());
+				d[b] = s[b] = 0;
+				_mm256_storeu_ps(dl + 8 * b, _mm256_setzero_ps());
+				_mm256_storeu_si256((__m256i *)(bias + 8 * b),
+				    _mm256_setzero_si256());
+				continue;
+			}
+			for (k = 0; k < 4; k++)
+				v[k] = _mm256_loadu_ps(x + 32 * b + 8 * k);
+			m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]),
+			    _mm256_andnot_ps(sign, v[1])), _mm256_max_ps(
+			    _mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+			h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+			h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+			h = _mm_max_ss(h, _mm_movehdup_ps(h));
+			amax = _mm_cvtss_f32(h);
+			db = amax / 127.0f;
+			id = db > 0 ? 127.0f / amax : 0;
+			for (k = 0; k < 4; k++)
+				qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k],
+				    _mm256_set1_ps(id)));
+			p = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]),
+			    _mm256_add_epi32(qi[2], qi[3]));
+			p = _mm256_hadd_epi32(p, p);
+			p = _mm256_hadd_epi32(p, p);
+			sum = _mm256_extract_epi32(p, 0) + _mm256_extract_epi32(p, 4);
+			p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]),
+			    _mm256_packs_epi32(qi[2], qi[3]));
+			p = _mm256_permutevar8x32_epi32(p, perm);
+			_mm256_storeu_si256((__m256i *)(q + 32 * b), p);
+			d[b] = db;
+			s[b] = db * (float)sum;
+			/* Lanes of four codes: -off * their sum, and the scale. */
+			p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p),
+			    _mm256_set1_epi16(1));
+			_mm256_storeu_si256((__m256i *)(bias + 8 * b),
+			    _mm256_mullo_epi32(p, _mm256_set1_epi32(-off)));
+			_mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(db));
+		}
+	}
+}
+
 /* The AVX2 kernel of a type. */
 struct quant_kernel
 quant_kernel_avx2(uint32_t type)
@@ -319,15 +393,19 @@ quant_kernel_avx2(uint32_t type)
 		break;
 	case TT_Q4_0:
 		k.fn = avx2_q4_0;
+		k.fill = avx2_act_fill;
 		break;
 	case TT_Q8_0:
 		k.fn = avx2_q8_0;
+		k.fill = avx2_act_fill;
 		break;
 	case TT_Q4_K:
 		k.fn = avx2_q4_k;
+		k.fill = avx2_act_fill;
 		break;
 	case TT_Q6_K:
 		k.fn = avx2_q6_k;
+		k.fill = avx2_act_fill;
 		break;
 	}
 	return (k);

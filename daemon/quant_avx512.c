@@ -41,8 +41,12 @@
  * prefetch a few KB ahead then helps on top.  Larger tiles (prefill) fetch
  * the next tiles instead.
  */
+#ifndef PF_SMALL
+#define PF_SMALL	2048
+#define PF_LARGE	4096
+#endif
 #define PF_DIST(kind, mr, rb)						\
-	((mr) == 1 ? ((kind) == K_Q4_0 || (kind) == K_Q8_0 ? 2048 : 4096) :	\
+	((mr) == 1 ? ((kind) == K_Q4_0 || (kind) == K_Q8_0 ? PF_SMALL : PF_LARGE) :	\
 	    2 * (mr) * (rb))
 
 #define AI	static inline __attribute__((always_inline))
@@ -430,6 +434,7 @@ float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64
 			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum512(acc[i][j]);
 }
 
+/* Instantiate the float tile shapes, as DISPATCH does for the integer ones. */
 #define FDISPATCH(fn, type)						\
 static void								\
 fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
@@ -525,6 +530,7 @@ bf16_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_
 			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum512(acc[i][j]);
 }
 
+/* Instantiate the bf16 tile shapes, as DISPATCH does for the integer ones. */
 #define BDISPATCH(fn, type)						\
 static void								\
 fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\

@@ -1,21 +1,21 @@
 #!/bin/sh
 # compare-policies.sh: prefill/decode interference under each scheduling
 # policy.  Two chat streams decode continuously while a ~700-token prompt
-# arrives every few seconds; for each policy the script records the chats'
-# time between tokens (median, p99, max), the long prompt's time to first
-# token and the throughputs, then writes a Markdown table and an SVG of the
-# chats' token timelines.
+# arrives; for each policy the script records the chats' time between tokens
+# (median, p99, max), the long prompt's time to first token and the
+# throughputs, then writes a Markdown table and an SVG of the chats' token
+# timelines.  Rounds are interleaved (every policy once per round, in the
+# same order) so that a change in the machine's load hits all policies alike.
 #
 # usage: compare-policies.sh [-b BUILDDIR] [-o OUTDIR] [-r ROUNDS]
 #            [-e SECONDS] [-m MODEL.gguf] [-p POLICY,...]
 #
 #   -b  build directory holding phased, phasectl, phased-synth and
 #       policies/.libs (default: $top_builddir, else the current directory)
-#   -o  where BENCHMARKS.md and the SVG go (default: the directory of this
-#       script)
-#   -r  long prompts per policy (default 2)
-#   -e  seconds between long prompts (default 30: longer than the slowest
-#       policy needs for one, so they do not queue behind each other)
+#   -o  where BENCHMARKS.md, compare-policies.svg and results/ go (default:
+#       the directory of this script)
+#   -r  rounds (default 3)
+#   -e  seconds of chat decoding before the long prompt arrives (default 4)
 #   -m  the model (default: a TinyLlama-1.1B-shape Q4_0 model synthesized
 #       into /tmp if absent)
 #   -p  only these policies (labels below, comma-separated)
@@ -24,8 +24,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$(pwd)}
 out=$here
-rounds=2
-every=30
+rounds=3
+every=4
 model=/tmp/phased-bench-tinyllama-1.1b-q4_0.gguf
 only=
 while getopts b:o:r:e:m:p: opt; do
@@ -36,7 +36,7 @@ while getopts b:o:r:e:m:p: opt; do
 	e) every=$OPTARG ;;
 	m) model=$OPTARG ;;
 	p) only=$OPTARG ;;
-	*) sed -n '9,21p' "$0" >&2; exit 2 ;;
+	*) sed -n '10,21p' "$0" >&2; exit 2 ;;
 	esac
 done
 for p in phased phasectl phased-synth; do
@@ -77,91 +77,111 @@ long=700
 chat_out=64
 bench_args="--scenario interference --chats 2 --chat-output $chat_out \
     --chat-prompt-len 16 --long-prompt-len $long --long-output 4 \
-    --long-every $every --long-count $rounds --seed 7"
+    --long-every $every --long-count 1"
 
-# label|load options (the model is loaded afresh for each policy)
+# label|load options (the model is loaded afresh for each run)
 policies="fcfs|policy=fcfs
 decode-reserved|policy=decode-reserved policy.max_prefill_tokens=32
 chunked-prefill-32|policy=chunked-prefill policy.budget=32
 chunked-prefill-auto|policy=chunked-prefill policy.tbt_target_ms=TARGET policy.min_chunk=8
 disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1"
 
-runs=
-target=
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
+t_start=$(date +%s)
+target=250
+runs=
 loads=
-echo "$policies" | {
-while IFS='|' read -r label opts; do
-	if [ -n "$only" ] && ! echo ",$only," | grep -q ",$label,"; then
-		continue
-	fi
-	if [ -z "$target" ]; then
-		target=250
-	fi
-	opts=$(echo "$opts" | sed "s/TARGET/$target/")
-	name=m-$label
-	echo "compare-policies: $label ($opts), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-	# shellcheck disable=SC2086
-	if ! ctl load "$name" "$model" ctx=2048 threads=2 $opts >/dev/null; then
-		echo "compare-policies: $label: load failed" >&2
-		continue
-	fi
-	loads="$loads $label=$(cut -d' ' -f1 /proc/loadavg)"
-	# shellcheck disable=SC2086
-	ctl --json bench "$name" $bench_args --quiet \
-	    --timeline "$work/$label.timeline.json" > "$work/$label.json" ||
-	    echo "compare-policies: $label: bench reported errors" >&2
-	ctl unload "$name" >/dev/null || true
-	# The automatic target: 2.5x the chats' median TBT measured under fcfs.
-	if [ "$label" = fcfs ]; then
-		target=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(int(2.5*r["interference"]["chat_tbt"]["p50"]))' "$work/$label.json")
-	fi
-	runs="$runs $label:$work/$label.json:$work/$label.timeline.json"
+mkdir -p "$out/results"
+rm -f "$out"/results/*.json
+round=1
+while [ "$round" -le "$rounds" ]; do
+	loads="$loads
+  - round $round:"
+	while IFS='|' read -r label opts; do
+		if [ -n "$only" ] && ! echo ",$only," | grep -q ",$label,"; then
+			continue
+		fi
+		opts=$(echo "$opts" | sed "s/TARGET/$target/")
+		name=m-$label
+		load1=$(cut -d' ' -f1 /proc/loadavg)
+		echo "compare-policies: round $round, $label ($opts), load $load1" >&2
+		# shellcheck disable=SC2086
+		if ! ctl load "$name" "$model" ctx=2048 threads=2 $opts >/dev/null; then
+			echo "compare-policies: $label: load failed" >&2
+			continue
+		fi
+		loads="$loads $label $load1,"
+		res=$work/$label-r$round
+		# shellcheck disable=SC2086
+		ctl --json bench "$name" $bench_args --seed "$round" --quiet \
+		    --timeline "$res.timeline.json" > "$res.json" ||
+		    echo "compare-policies: $label: bench reported errors" >&2
+		ctl --json stats "$name" > "$res.stats.json" || true
+		ctl unload "$name" >/dev/null || true
+		# The automatic target: 2.5x the chats' median TBT under fcfs.
+		if [ "$label" = fcfs ] && [ "$round" = 1 ]; then
+			target=$(python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print(max(1, round(2.5 * r["interference"]["chat_tbt"]["p50"])))' "$res.json")
+		fi
+		cp "$res.json" "$out/results/"
+		if [ "$round" = 1 ]; then
+			cp "$res.timeline.json" "$res.stats.json" "$out/results/"
+		fi
+		runs="$runs $label:$res.json:$res.timeline.json"
+	done <<EOF
+$policies
+EOF
+	round=$((round + 1))
 done
+elapsed=$(( $(date +%s) - t_start ))
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 avx512=no
 grep -q avx512f /proc/cpuinfo && avx512=yes
-cat > "$work/meta.json" <<EOF
-$(python3 - "$cpu" "$avx512" "$started" "$model" "$long" "$every" "$rounds" \
-    "$chat_out" "$target" "$loads" <<'PY'
+python3 - "$cpu" "$avx512" "$started" "$model" "$long" "$every" "$rounds" \
+    "$chat_out" "$target" "$loads" "$elapsed" > "$work/meta.json" <<'PY'
 import json, os, sys
-cpu, avx, date, model, long_, every, rounds, chat, target, loads = sys.argv[1:]
+cpu, avx, date, model, long_, every, rounds, chat, target, loads, el = sys.argv[1:]
 head = """# Prefill/decode interference by scheduling policy
 
-Produced by `tests/bench/compare-policies.sh` on %s.
+Produced by `tests/bench/compare-policies.sh` on %s (%s s).
 
-- Machine: %s, %d CPUs available, AVX-512: %s, about 31 GB/s memory
-  bandwidth; shared with other work, so figures are noisy (1-minute load
-  average when each policy started:%s).
-- Model: `%s` (TinyLlama-1.1B shape, Q4_0, synthesized weights), loaded with
-  `ctx=2048 threads=2`.
-- Workload: `phasectl bench MODEL --scenario interference --chats 2
+- Machine: %s, %d CPUs, AVX-512: %s, about 31 GB/s memory bandwidth; shared
+  with other work, so figures are noisy.  One-minute load average when each
+  run started:%s
+- Model: `%s` (TinyLlama-1.1B shape, Q4_0, synthesized weights), loaded
+  afresh for each run with `ctx=2048 threads=2`.
+- Workload, per run: `phasectl bench MODEL --scenario interference --chats 2
   --chat-output %s --chat-prompt-len 16 --long-prompt-len %s --long-output 4
-  --long-every %s --long-count %s --seed 7`: two chat streams generate %s
-  tokens per request and start the next request at once; a %s-token prompt
-  arrives every %s s, %s times.
+  --long-every %s --long-count 1 --seed ROUND`: two chat streams generate %s
+  tokens per request and start the next request at once; one %s-token prompt
+  arrives after %s s; the chats are cancelled when it is answered.  %s
+  rounds, every policy once per round.
 - chunked-prefill-auto uses `tbt_target_ms=%s` (2.5 times the chats' median
-  TBT measured under fcfs) with `min_chunk=8`; chunked-prefill-32 a fixed
-  budget of 32 tokens per iteration; decode-reserved `max_prefill_tokens=32`;
-  disaggregated two single-CPU groups `groups=prefill:cpu0/decode:cpu1`.
-- Chat TBT is the client-side gap between successive tokens of one request;
-  long TTFT is from sending the long prompt to receiving its first token.
+  TBT measured under fcfs in round 1) with `min_chunk=8`; chunked-prefill-32
+  a fixed budget of 32 tokens per iteration; decode-reserved
+  `max_prefill_tokens=32`; disaggregated two single-CPU groups
+  `groups=prefill:cpu0/decode:cpu1`.
+- Chat TBT is the client-side gap between successive tokens of one request
+  (pooled over the rounds); long TTFT is from sending the long prompt to
+  receiving its first token.  results/ holds each run's `--json` report and
+  round 1's `--timeline` and `phasectl stats --json`; compare-policies.svg
+  draws round 1.
 
-""" % (date, cpu, os.cpu_count(), avx, loads, model, chat, long_, every,
-       rounds, chat, long_, every, rounds, target)
-print(json.dumps({"header": head, "title": "chat token timelines, %s-token prompt every %s s" % (long_, every)}))
+""" % (date, el, cpu, os.cpu_count(), avx, loads.rstrip(","), model, chat,
+       long_, every, chat, long_, every, rounds, target)
+print(json.dumps({"header": head,
+                  "title": "chat token timelines, one %s-token prompt (round 1)" % long_}))
 PY
-)
-EOF
 # shellcheck disable=SC2086
 python3 "$here/report.py" --md "$work/table.md" \
     --svg "$out/compare-policies.svg" --meta "$work/meta.json" $runs
 cat "$work/table.md"
+# Hand-written notes below the marker survive a new run.
+marker='<!-- notes: kept by compare-policies.sh -->'
+if [ -f "$out/BENCHMARKS.md" ] && grep -q "^$marker" "$out/BENCHMARKS.md"; then
+	printf '\n' >> "$work/table.md"
+	sed -n "/^$marker/,\$p" "$out/BENCHMARKS.md" >> "$work/table.md"
+fi
 cp "$work/table.md" "$out/BENCHMARKS.md"
-for f in $runs; do
-	label=${f%%:*}
-	mkdir -p "$out/results"
-	cp "$work/$label.json" "$out/results/$label.json"
-done
-}

@@ -5,6 +5,10 @@ Markdown table and an SVG token timeline (one row per policy).
 usage: report.py --md OUT.md --svg OUT.svg --meta META.json \\
            LABEL:REPORT.json:TIMELINE.json ...
 
+A label given several times is one policy measured in several rounds: the
+table pools their samples (chat TBT percentiles over every gap, the mean and
+maximum long-prompt TTFT) and the SVG shows the first round.
+
 META.json holds the free-form header lines (machine, model, command, date,
 load).  Each REPORT.json is the --json output of phasectl bench; each
 TIMELINE.json is its --timeline file.  The SVG draws, per policy, one lane
@@ -23,41 +27,71 @@ def fmt(v, nd=0):
     return ("%%.%df" % nd) % v
 
 
-def lat(rep, group, name, key):
-    """One latency figure from a report, or None when the sample is empty."""
-    s = rep.get(group, {}).get(name)
-    if not s or s.get("n", 0) == 0:
+def pct(v, p):
+    """Nearest-rank percentile of a sorted list, as phasectl bench computes it."""
+    if not v:
         return None
-    return s[key]
+    k = -(-p * len(v) // 100)
+    return v[max(int(k) - 1, 0)]
+
+
+def merge(rounds):
+    """Figures of one policy over its rounds, from the timelines."""
+    tbt, ttft = [], []
+    out_tok = prompt_tok = errors = 0
+    dur = 0.0
+    for rep, tl in rounds:
+        for r in tl["requests"]:
+            t = r["tokens_ms"]
+            if r["kind"] == "chat":
+                tbt.extend(b - a for a, b in zip(t, t[1:]))
+            elif r["kind"] == "long" and t:
+                ttft.append(t[0] - r["send_ms"])
+        out_tok += rep.get("output_tokens", 0)
+        prompt_tok += rep.get("prompt_tokens", 0)
+        errors += rep.get("errors", 0)
+        dur += rep.get("duration_s", 0)
+    tbt.sort()
+    ttft.sort()
+    return {
+        "tbt_p50": pct(tbt, 50), "tbt_p99": pct(tbt, 99),
+        "tbt_max": tbt[-1] if tbt else None,
+        "ttft_mean": sum(ttft) / len(ttft) if ttft else None,
+        "ttft_max": ttft[-1] if ttft else None, "n_long": len(ttft),
+        "out_tps": out_tok / dur if dur else None,
+        "prompt_tps": prompt_tok / dur if dur else None, "errors": errors,
+        "rounds": len(rounds),
+    }
 
 
 def table(runs):
-    """The Markdown comparison table."""
+    """The Markdown comparison table, one row per policy."""
     out = []
-    out.append("| policy | chat TBT p50 (ms) | chat TBT p99 (ms) | chat TBT max (ms) "
-               "| max / p50 | long TTFT mean (ms) | long TTFT max (ms) | vs fcfs "
-               "| output tok/s | prompt tok/s | errors |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    base = None
-    for label, rep, _ in runs:
-        if label.startswith("fcfs"):
-            base = lat(rep, "interference", "long_ttft", "mean")
-    for label, rep, _ in runs:
-        p50 = lat(rep, "interference", "chat_tbt", "p50")
-        mx = lat(rep, "interference", "chat_tbt", "max")
-        lt = lat(rep, "interference", "long_ttft", "mean")
-        ratio = "%.1fx" % (mx / p50) if p50 and mx else "-"
-        rel = "%.2fx" % (lt / base) if lt and base else "-"
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
-            label, fmt(p50), fmt(lat(rep, "interference", "chat_tbt", "p99")),
-            fmt(mx), ratio, fmt(lt), fmt(lat(rep, "interference", "long_ttft", "max")),
-            rel, fmt(rep.get("output_tps"), 1), fmt(rep.get("prompt_tps"), 1),
-            rep.get("errors", 0)))
+    out.append("| policy | rounds | chat TBT p50 (ms) | chat TBT p99 (ms) | chat TBT max (ms) "
+               "| max / p50 | max / fcfs p50 | long TTFT mean (ms) | long TTFT max (ms) "
+               "| TTFT vs fcfs | output tok/s | prompt tok/s | errors |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    figs = [(label, merge(rounds)) for label, rounds in runs]
+    base = base_tbt = None
+    for label, f in figs:
+        if label == "fcfs":
+            base = f["ttft_mean"]
+            base_tbt = f["tbt_p50"]
+    for label, f in figs:
+        ratio = "%.1fx" % (f["tbt_max"] / f["tbt_p50"]) if f["tbt_p50"] and f["tbt_max"] else "-"
+        rel = "%.2fx" % (f["ttft_mean"] / base) if f["ttft_mean"] and base else "-"
+        rbase = "%.1fx" % (f["tbt_max"] / base_tbt) if base_tbt and f["tbt_max"] else "-"
+        out.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
+            label, f["rounds"], fmt(f["tbt_p50"]), fmt(f["tbt_p99"]), fmt(f["tbt_max"]),
+            ratio, rbase, fmt(f["ttft_mean"]), fmt(f["ttft_max"]), rel, fmt(f["out_tps"], 1),
+            fmt(f["prompt_tps"], 1), f["errors"]))
     return "\n".join(out) + "\n"
 
 
 def svg(runs, title):
-    """One SVG: a block per policy, lanes per chat stream and the long prompts."""
+    """One SVG: a block per policy (its first round), lanes per chat stream
+    and the long prompts."""
+    runs = [(label, rounds[0][0], rounds[0][1]) for label, rounds in runs]
     width, left, right = 1100, 170, 20
     lane, gap, head = 16, 22, 40
     tmax = 1.0
@@ -67,7 +101,7 @@ def svg(runs, title):
     lanes = []
     for _, _, tl in runs:
         n_chat = 1 + max([r["stream"] for r in tl["requests"] if r["kind"] == "chat"] or [0])
-        lanes.append(n_chat)
+        lanes.append(max(n_chat, 2))
     height = head + sum((n + 1) * lane + gap for n in lanes) + 30
     scale = (width - left - right) / tmax
 
@@ -84,6 +118,11 @@ def svg(runs, title):
     for (label, rep, tl), n_chat in zip(runs, lanes):
         o.append('<text x="4" y="%d" font-weight="bold">%s</text>' % (
             y + lane - 3, html.escape(label)))
+        f = merge([(rep, tl)])
+        o.append('<text x="4" y="%d" fill="#555">TBT p50 %s, max %s ms</text>' % (
+            y + 2 * lane - 3, fmt(f["tbt_p50"]), fmt(f["tbt_max"])))
+        o.append('<text x="4" y="%d" fill="#555">long TTFT %s ms</text>' % (
+            y + 3 * lane - 3, fmt(f["ttft_mean"])))
         for k in range(n_chat):
             yy = y + k * lane
             o.append('<text x="%d" y="%d" fill="#555">chat %d</text>' % (
@@ -151,7 +190,12 @@ def main(argv):
             r = json.load(f)
         with open(tl) as f:
             t = json.load(f)
-        runs.append((label, r, t))
+        for lab, rounds in runs:
+            if lab == label:
+                rounds.append((r, t))
+                break
+        else:
+            runs.append((label, [(r, t)]))
         i += 1
     if not runs or md is None or svgf is None:
         sys.exit("usage: report.py --md OUT --svg OUT [--meta META.json] "

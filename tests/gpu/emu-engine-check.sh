@@ -1,0 +1,76 @@
+#!/bin/sh
+# emu-engine-check.sh: run tests/gpu/test-engine-cuda on the CPU emulation
+# of CUDA.
+#
+# The CUDA backend (daemon/backend_cuda.c) and the kernels are compiled by
+# the host compilers against tests/gpu/emu (see emu-check.sh), with
+# tests/gpu/emu-backend.{h,c} serving the stream and copy calls the backend
+# adds, and linked with the model, tokenizer and GGUF libraries of a built
+# tree.  The engine test then runs stories260K through the whole backend
+# (weight upload, paged KV, ragged batches, kv_copy) against the CPU
+# backend, so the backend's logic is checked without a GPU; speed, GPU
+# rounding and real asynchrony need a device (tests/gpu/device-check.sh).
+# Prints TAP; skips without the tools or a built tree.
+set -u
+top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+top_builddir=${top_builddir:-$top_srcdir}
+CXX=${EMU_CXX:-g++}
+CC=${EMU_CC:-cc}
+
+for tool in "$CXX" "$CC" python3; do
+	command -v "$tool" >/dev/null 2>&1 ||
+	    { echo "1..0 # SKIP $tool not found"; exit 0; }
+done
+libs=
+for l in model tokenizer kernels kernels_avx2 kernels_avx512 gguf util; do
+	a="$top_builddir/.libs/libphased_$l.a"
+	case $l in
+	kernels_*)	[ -f "$a" ] || continue ;;
+	*)		[ -f "$a" ] ||
+			    { echo "1..0 # SKIP $a not built"; exit 0; } ;;
+	esac
+	libs="$libs $a"
+done
+[ -f "$top_builddir/config.h" ] ||
+    { echo "1..0 # SKIP no config.h in $top_builddir"; exit 0; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/phased-emu-engine.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+cp "$top_builddir/config.h" "$tmp/config.h"
+san=
+[ -n "${EMU_SANITIZE:-}" ] && san="-fsanitize=address,undefined \
+    -fno-sanitize-recover=all -fno-omit-frame-pointer"
+inc="-I$top_srcdir/tests/gpu/emu/include -I$top_srcdir/tests/gpu -I$tmp \
+    -I$top_srcdir/kernels -I$top_srcdir/daemon"
+pids=
+for f in "$top_srcdir"/kernels/*.cu; do
+	b=$(basename "$f" .cu)
+	python3 "$top_srcdir/tests/gpu/emu/launch.py" "$f" >"$tmp/$b.cc" ||
+	    { echo "Bail out! cannot rewrite $f"; exit 1; }
+	$CXX -std=c++17 -O2 -g -w $san $inc -c -o "$tmp/$b.o" "$tmp/$b.cc" \
+	    >"$tmp/$b.log" 2>&1 &
+	pids="$pids $!"
+done
+$CXX -std=c++17 -O2 -g -w $san $inc -c -o "$tmp/emu.o" \
+    "$top_srcdir/tests/gpu/emu/emu.cc" >"$tmp/emu.log" 2>&1 &
+pids="$pids $!"
+for f in kernels/ref.c tests/gpu/emu-backend.c tests/gpu/test-engine-cuda.c; do
+	$CC -std=gnu11 -O2 -g -pthread $san $inc -c \
+	    -o "$tmp/$(basename "$f" .c).o" "$top_srcdir/$f" \
+	    >"$tmp/$(basename "$f").log" 2>&1 &
+	pids="$pids $!"
+done
+$CC -std=gnu11 -O2 -g -pthread -Wall -Wextra -Wno-unused-parameter $san $inc \
+    -include emu-backend.h -c -o "$tmp/backend_cuda.o" \
+    "$top_srcdir/daemon/backend_cuda.c" >"$tmp/backend_cuda.c.log" 2>&1 &
+pids="$pids $!"
+failed=0
+for p in $pids; do wait "$p" || failed=1; done
+if [ $failed = 1 ] || ! $CXX $san -pthread -o "$tmp/test-engine-cuda" \
+    "$tmp"/*.o -Wl,--start-group $libs -Wl,--end-group -lm \
+    >"$tmp/link.log" 2>&1; then
+	cat "$tmp"/*.log | sed 's/^/# /'
+	echo "Bail out! the emulated build failed"
+	exit 1
+fi
+PHASED_SHARED=${PHASED_SHARED:-$top_srcdir/../shared} "$tmp/test-engine-cuda"

@@ -1,0 +1,518 @@
+/* test-engine-cuda.c: stories260K on the CUDA backend against the CPU backend. */
+
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_cuda.h"
+#include "cuda_kernels.h"
+#include "kvcache.h"
+#include "model.h"
+#include "../tap.h"
+
+#define N_GREEDY	200
+#define MAXV		512
+/*
+ * GPU against CPU.  Both store F16 keys and values, but sums run in other
+ * orders, so a key or value now and then rounds to the neighbouring half
+ * and every later position sees it: logits (about 20 in size) drift apart
+ * by several 1e-3 over a few hundred positions (F16 rather than F32 keys
+ * alone move the CPU's by 5e-3).  A wrong kernel moves them by whole units.
+ */
+#define LOGIT_TOL	1e-3	/* the prompt's last position */
+#define STEP_TOL	2e-2	/* any decode step, any batch */
+/* A cause for printing, which may be NULL. */
+#define STR(s)		((s) != NULL ? (s) : "no cause")
+/* Decode steps of the ragged batch check. */
+#define RAGGED_STEPS	12
+
+/* A backend instance with its pool. */
+struct run {
+	const struct backend_ops *ops;
+	struct backend_inst	*bi;
+	struct kv_pool		*pool;
+};
+
+/* Read a whole file into a NUL-terminated buffer. */
+static char *
+slurp(const char *path)
+{
+	FILE	*f;
+	char	*buf;
+	long	 n;
+
+	if ((f = fopen(path, "rb")) == NULL)
+		return (NULL);
+	if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||
+	    fseek(f, 0, SEEK_SET) != 0 || (buf = malloc(n + 1)) == NULL) {
+		fclose(f);
+		return (NULL);
+	}
+	if (fread(buf, 1, n, f) != (size_t)n) {
+		fclose(f);
+		free(buf);
+		return (NULL);
+	}
+	fclose(f);
+	buf[n] = '\0';
+	return (buf);
+}
+
+/* The numbers of the JSON array under "key" (a flat array of numbers). */
+static int
+json_numbers(const char *doc, const char *key, double *out, int max)
+{
+	char		 pat[128];
+	const char	*p;
+	char		*end;
+	int		 n = 0;
+
+	snprintf(pat, sizeof pat, "\"%s\"", key);
+	if ((p = strstr(doc, pat)) == NULL)
+		return (-1);
+	p += strlen(pat);
+	while (*p == ' ' || *p == ':' || *p == '\n' || *p == '\t')
+		p++;
+	if (*p++ != '[')
+		return (-1);
+	for (;;) {
+		while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' ||
+		    *p == '\r')
+			p++;
+		if (*p == ']')
+			return (n);
+		if (n == max)
+			return (-1);
+		out[n++] = strtod(p, &end);
+		if (end == p)
+			return (-1);
+		p = end;
+	}
+}
+
+/* Index of the highest logit, ties to the lowest id. */
+static int32_t
+argmax(const float *l, int n)
+{
+	int32_t	best = 0;
+	int	i;
+
+	for (i = 1; i < n; i++) {
+		if (l[i] > l[best])
+			best = i;
+	}
+	return (best);
+}
+
+/* Largest absolute difference of two vectors. */
+static double
+maxdiff(const float *a, const float *b, int n)
+{
+	double	d, m = 0.0;
+	int	i;
+
+	for (i = 0; i < n; i++) {
+		d = fabs((double)a[i] - b[i]);
+		if (!(d <= m))
+			m = d;		/* NaN sticks */
+	}
+	return (m);
+}
+
+/* Start an instance of a backend on the model, with a pool of n_blocks. */
+static int
+run_start(struct run *r, const struct backend_ops *ops, const struct model *m,
+    const struct backend_config *cfg, uint32_t n_blocks)
+{
+	char	*cause = NULL;
+
+	memset(r, 0, sizeof *r);
+	r->ops = ops;
+	r->bi = ops->create(m, cfg, &cause);
+	if (r->bi == NULL) {
+		diag("%s: create: %s", ops->name, cause);
+		free(cause);
+		return (-1);
+	}
+	r->pool = ops->kv_pool_create(r->bi, n_blocks, &cause);
+	if (r->pool == NULL) {
+		diag("%s: kv pool: %s", ops->name, cause);
+		free(cause);
+		ops->destroy(r->bi);
+		r->bi = NULL;
+		return (-1);
+	}
+	return (0);
+}
+
+/* Free an instance and its pool. */
+static void
+run_stop(struct run *r)
+{
+	if (r->bi == NULL)
+		return;
+	r->ops->kv_pool_free(r->bi, r->pool);
+	r->ops->destroy(r->bi);
+	r->bi = NULL;
+}
+
+/* Reserve blocks and run a batch; -1 with a diagnostic on failure. */
+static int
+run_batch(struct run *r, struct fwd_entry *e, int n)
+{
+	struct fwd_batch	 b = { e, n };
+	char			*cause = NULL;
+	int			 i;
+
+	for (i = 0; i < n; i++) {
+		if (kv_seq_reserve(r->pool, e[i].seq, e[i].n_tokens) != 0) {
+			diag("%s: kv_seq_reserve failed", r->ops->name);
+			return (-1);
+		}
+	}
+	if (r->ops->forward(r->bi, r->pool, &b, &cause) != 0) {
+		diag("%s: forward: %s", r->ops->name, cause);
+		free(cause);
+		return (-1);
+	}
+	return (0);
+}
+
+/*
+ * Prefill a prompt as one entry and decode n greedy tokens into out;
+ * all_logits gets n rows: the prompt's last position, then each step's.
+ * Returns the number of tokens produced.
+ */
+static int
+greedy(struct run *r, const int32_t *prompt, int np, int n, int32_t *out,
+    float *all_logits)
+{
+	struct kv_seq		 seq;
+	struct fwd_entry	 e;
+	int32_t			 tok;
+	int			 i = 0;
+
+	memset(&seq, 0, sizeof seq);
+	e.seq = &seq;
+	e.tokens = prompt;
+	e.n_tokens = np;
+	e.logits = all_logits;
+	if (run_batch(r, &e, 1) != 0)
+		goto out;
+	for (i = 0; i < n; i++) {
+		out[i] = argmax(all_logits + (size_t)i * MAXV, MAXV);
+		tok = out[i];
+		e.tokens = &tok;
+		e.n_tokens = 1;
+		e.logits = all_logits + (size_t)(i + 1) * MAXV;
+		if (i + 1 < n && run_batch(r, &e, 1) != 0) {
+			i++;
+			goto out;
+		}
+	}
+out:
+	kv_seq_release(r->pool, &seq);
+	return (i);
+}
+
+/* The golden continuation on both backends, token for token. */
+static void
+test_greedy(struct run *gpu, struct run *cpu, const char *doc)
+{
+	double		 pt[16], gt[N_GREEDY + 8];
+	int32_t		 prompt[16], tg[N_GREEDY], tc[N_GREEDY];
+	float		*lg, *lc;
+	double		 d, worst = 0.0;
+	int		 np, ng, i, n, same = 1, golden = 1, first = -1;
+
+	np = json_numbers(doc, "prompt_tokens", pt, 16);
+	ng = json_numbers(doc, "greedy_tokens", gt, N_GREEDY + 8);
+	if (!ok(np == 5 && ng == N_GREEDY, "golden file: 5 prompt tokens, "
+	    "200 greedy tokens"))
+		return;
+	for (i = 0; i < np; i++)
+		prompt[i] = (int32_t)pt[i];
+	lg = calloc((size_t)(N_GREEDY + 1) * MAXV, sizeof *lg);
+	lc = calloc((size_t)(N_GREEDY + 1) * MAXV, sizeof *lc);
+	if (lg == NULL || lc == NULL)
+		abort();
+
+	n = greedy(gpu, prompt, np, N_GREEDY, tg, lg);
+	is_int(n, N_GREEDY, "cuda: 200 greedy steps run");
+	is_int(greedy(cpu, prompt, np, N_GREEDY, tc, lc), N_GREEDY,
+	    "cpu: 200 greedy steps run");
+	if (n != N_GREEDY)
+		goto out;
+
+	d = maxdiff(lg, lc, MAXV);
+	near(d, 0.0, LOGIT_TOL, "last prompt position: cuda logits within "
+	    "%g of cpu (max diff %.3g)", LOGIT_TOL, d);
+	for (i = 0; i < N_GREEDY; i++) {
+		if (tg[i] != tc[i] && first < 0)
+			first = i;
+		same &= tg[i] == tc[i];
+		golden &= tg[i] == (int32_t)gt[i];
+	}
+	if (!ok(same, "cuda and cpu greedy tokens identical"))
+		diag("first difference at step %d: cuda %d, cpu %d", first,
+		    tg[first], tc[first]);
+	ok(golden, "cuda greedy tokens equal the golden ones");
+	/* Compare the logits of the steps while the two runs agree. */
+	for (i = 0; i < N_GREEDY && (first < 0 || i <= first); i++) {
+		d = maxdiff(lg + (size_t)i * MAXV, lc + (size_t)i * MAXV, MAXV);
+		if (!(d <= worst))
+			worst = d;
+	}
+	near(worst, 0.0, STEP_TOL, "every decode step's logits within %g "
+	    "(max diff %.3g)", STEP_TOL, worst);
+out:
+	free(lg);
+	free(lc);
+}
+
+/*
+ * Three sequences in ragged batches on the GPU (a prompt, a longer prompt
+ * in two chunks beside the others' decode steps, a third prompt), each
+ * compared with the same sequence run alone on the CPU.
+ */
+static void
+test_ragged(struct run *gpu, struct run *cpu, const char *doc)
+{
+	double			 gt[N_GREEDY + 8];
+	int32_t			 p[3][40], tok[3], ref_tok[3][RAGGED_STEPS];
+	int			 plen[3] = { 5, 30, 17 };
+	struct kv_seq		 seq[3], copy;
+	struct fwd_entry	 e[3];
+	float			*lg[3], *ref[3], ladd[MAXV], lcopy[MAXV];
+	double			 d, worst = 0.0;
+	int			 s, i, step, same = 1, n;
+	char			*cause = NULL;
+
+	memset(seq, 0, sizeof seq);
+	memset(&copy, 0, sizeof copy);
+	memset(lg, 0, sizeof lg);
+	memset(ref, 0, sizeof ref);
+	if (json_numbers(doc, "greedy_tokens", gt, N_GREEDY + 8) != N_GREEDY)
+		return;
+	/* Prompts: BOS then stretches of the golden text. */
+	for (s = 0; s < 3; s++) {
+		p[s][0] = 1;
+		for (i = 1; i < plen[s]; i++)
+			p[s][i] = (int32_t)gt[(s * 37 + i) % N_GREEDY];
+	}
+	for (s = 0; s < 3; s++) {
+		lg[s] = calloc((size_t)(RAGGED_STEPS + 1) * MAXV, sizeof(float));
+		ref[s] = calloc((size_t)(RAGGED_STEPS + 1) * MAXV, sizeof(float));
+		if (lg[s] == NULL || ref[s] == NULL)
+			abort();
+		/* The CPU reference: each sequence alone. */
+		n = greedy(cpu, p[s], plen[s], RAGGED_STEPS, ref_tok[s], ref[s]);
+		if (n != RAGGED_STEPS) {
+			ok(0, "cpu reference of sequence %d", s);
+			goto out;
+		}
+	}
+
+	/* Batch 1: sequence 0 whole, 1 its first 13 tokens, 2 whole. */
+	for (s = 0; s < 3; s++) {
+		e[s].seq = &seq[s];
+		e[s].tokens = p[s];
+		e[s].n_tokens = s == 1 ? 13 : plen[s];
+		e[s].logits = s == 1 ? NULL : lg[s];
+	}
+	if (!ok(run_batch(gpu, e, 3) == 0, "ragged prefill of 5, 13 and 17 "
+	    "tokens"))
+		goto out;
+	/* Batch 2: decode 0 and 2 beside the rest of 1's prompt. */
+	for (s = 0; s < 3; s++)
+		tok[s] = argmax(lg[s], MAXV);
+	e[0].tokens = &tok[0];
+	e[0].n_tokens = 1;
+	e[0].logits = lg[0] + MAXV;
+	e[1].tokens = p[1] + 13;
+	e[1].n_tokens = plen[1] - 13;
+	e[1].logits = lg[1];
+	e[2].tokens = &tok[2];
+	e[2].n_tokens = 1;
+	e[2].logits = lg[2] + MAXV;
+	if (!ok(run_batch(gpu, e, 3) == 0, "two decode steps beside a "
+	    "prefill chunk of 17"))
+		goto out;
+	tok[1] = argmax(lg[1], MAXV);
+	same &= tok[0] == ref_tok[0][0] && tok[1] == ref_tok[1][0] &&
+	    tok[2] == ref_tok[2][0];
+	tok[0] = argmax(lg[0] + MAXV, MAXV);
+	tok[2] = argmax(lg[2] + MAXV, MAXV);
+	/*
+	 * Then decode all three together; sequence 1 lags one step behind,
+	 * so its step index is one less.
+	 */
+	for (step = 1; step < RAGGED_STEPS; step++) {
+		same &= tok[0] == ref_tok[0][step] &&
+		    tok[2] == ref_tok[2][step] &&
+		    tok[1] == ref_tok[1][step - 1];
+		for (s = 0; s < 3; s++) {
+			i = s == 1 ? step : step + 1;
+			e[s].tokens = &tok[s];
+			e[s].n_tokens = 1;
+			e[s].logits = i <= RAGGED_STEPS ?
+			    lg[s] + (size_t)i * MAXV : ladd;
+		}
+		if (run_batch(gpu, e, 3) != 0) {
+			ok(0, "batched decode step %d", step);
+			goto out;
+		}
+		for (s = 0; s < 3; s++) {
+			i = s == 1 ? step : step + 1;
+			if (i <= RAGGED_STEPS)
+				tok[s] = argmax(lg[s] + (size_t)i * MAXV, MAXV);
+		}
+	}
+	ok(same, "ragged batches: every sequence's greedy tokens equal its "
+	    "run alone on the cpu");
+	/* Rows 0 .. RAGGED_STEPS - 1 of every sequence have a reference. */
+	for (s = 0; s < 3; s++) {
+		for (i = 0; i < RAGGED_STEPS; i++) {
+			d = maxdiff(lg[s] + (size_t)i * MAXV,
+			    ref[s] + (size_t)i * MAXV, MAXV);
+			if (!(d <= worst))
+				worst = d;
+		}
+	}
+	near(worst, 0.0, STEP_TOL, "ragged batches: logits within %g of the "
+	    "cpu (max diff %.3g)", STEP_TOL, worst);
+
+	/* kv_copy: a copy of sequence 0 continues exactly like it. */
+	if (ok(gpu->ops->kv_copy(gpu->bi, gpu->pool, &copy, gpu->bi,
+	    gpu->pool, &seq[0], &cause) == 0, "kv_copy of sequence 0")) {
+		is_int(copy.n_tokens, seq[0].n_tokens, "the copy holds %u "
+		    "tokens", seq[0].n_tokens);
+		e[0].seq = &copy;
+		e[0].tokens = &tok[0];
+		e[0].n_tokens = 1;
+		e[0].logits = lcopy;
+		e[1].seq = &seq[0];
+		e[1].tokens = &tok[0];
+		e[1].n_tokens = 1;
+		e[1].logits = ladd;
+		if (ok(run_batch(gpu, e, 2) == 0, "decode the copy and the "
+		    "original"))
+			near(maxdiff(lcopy, ladd, MAXV), 0.0, 1e-5, "the "
+			    "copy's logits equal the original's (max diff %.3g)",
+			    maxdiff(lcopy, ladd, MAXV));
+	} else {
+		diag("%s", cause);
+		free(cause);
+	}
+out:
+	for (s = 0; s < 3; s++) {
+		kv_seq_release(gpu->pool, &seq[s]);
+		free(lg[s]);
+		free(ref[s]);
+	}
+	kv_seq_release(gpu->pool, &copy);
+	is_int(kv_pool_used_blocks(gpu->pool), 0, "all gpu blocks back");
+}
+
+/* Bad calls fail with a cause and change nothing. */
+static void
+test_errors(const struct model *m, struct run *gpu, struct run *cpu)
+{
+	struct kv_seq		 seq;
+	struct fwd_entry	 e;
+	struct fwd_batch	 b = { &e, 1 };
+	int32_t			 bad = MAXV, good = 1;
+	char			*cause = NULL;
+	int			 dev = 99, rc;
+	struct backend_config	 cfg = { &dev, 1, 0 };
+	struct backend_inst	*bi;
+
+	memset(&seq, 0, sizeof seq);
+	kv_seq_reserve(gpu->pool, &seq, 1);
+	e.seq = &seq;
+	e.tokens = &bad;
+	e.n_tokens = 1;
+	e.logits = NULL;
+	rc = gpu->ops->forward(gpu->bi, gpu->pool, &b, &cause);
+	ok(rc == -1 && cause != NULL &&
+	    strstr(cause, "token 512 out of range") != NULL,
+	    "a token past the vocabulary is refused (%s)", STR(cause));
+	free(cause);
+	cause = NULL;
+	e.tokens = &good;
+	rc = gpu->ops->forward(gpu->bi, cpu->pool, &b, &cause);
+	ok(rc == -1 && cause != NULL && strstr(cause, "cuda: kv pool") != NULL,
+	    "a cpu pool is refused (%s)", STR(cause));
+	free(cause);
+	cause = NULL;
+	is_int(seq.n_tokens, 0, "nothing stored after refusals");
+	kv_seq_release(gpu->pool, &seq);
+	bi = gpu->ops->create(m, &cfg, &cause);
+	ok(bi == NULL && cause != NULL &&
+	    strstr(cause, "cuda: device 99 out of range") != NULL,
+	    "device 99 is refused (%s)", STR(cause));
+	if (bi != NULL)
+		gpu->ops->destroy(bi);
+	free(cause);
+}
+
+int
+main(void)
+{
+	const char		*env = getenv("PHASED_SHARED");
+	const char		*top = getenv("top_srcdir");
+	struct model_opts	 o;
+	struct model		*m;
+	struct run		 gpu, cpu;
+	struct backend_config	 cfg;
+	char			 shared[1024], path[1200], *doc, *cause = NULL;
+	int			 dev = 0;
+
+	if (cuda_device_count() < 1)
+		skip_all("no CUDA device");
+	if (env != NULL)
+		snprintf(shared, sizeof shared, "%s", env);
+	else
+		snprintf(shared, sizeof shared, "%s/../shared", top ? top : "..");
+	snprintf(path, sizeof path, "%s/golden/stories260K-once-upon-a-time.json",
+	    shared);
+	if ((doc = slurp(path)) == NULL)
+		skip_all("no %s", path);
+
+	memset(&o, 0, sizeof o);
+	o.n_threads = 2;
+	o.ctx = 256;
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
+	m = model_load(path, &o, NULL, NULL, &cause);
+	if (m == NULL)
+		skip_all("cannot load %s: %s", path, cause);
+	is_int(model_info(m)->n_vocab, MAXV, "stories260K: 512 tokens");
+
+	cfg.devices = &dev;
+	cfg.n_devices = 1;
+	cfg.n_threads = 0;
+	if (!ok(run_start(&gpu, &backend_cuda_ops, m, &cfg, 64) == 0,
+	    "cuda instance on device 0 with 64 blocks") ||
+	    !ok(run_start(&cpu, &backend_cpu_ops, m, NULL, 64) == 0,
+	    "cpu instance with 64 blocks")) {
+		run_stop(&gpu);
+		model_free(m);
+		free(doc);
+		done_testing();
+	}
+
+	test_greedy(&gpu, &cpu, doc);
+	test_ragged(&gpu, &cpu, doc);
+	test_errors(m, &gpu, &cpu);
+
+	run_stop(&gpu);
+	run_stop(&cpu);
+	model_free(m);
+	free(doc);
+	done_testing();
+}
