@@ -2,9 +2,11 @@
  * chunked_prefill.c: Sarathi-Serve style chunked prefill.
  *
  * Each iteration carries at most `budget` tokens: one for every running
- * decode first, then prompt chunks fill the remainder, oldest request first;
- * a long prompt is split across iterations and the remainder of an
- * iteration can hold chunks of several prompts.  With more running decodes
+ * decode first, then prompt chunks fill the remainder, the request with the
+ * least prompt left first (order=arrival: oldest first) so that a short chat
+ * turn is not queued behind a long document; a long prompt is split across
+ * iterations and the remainder of an iteration can hold chunks of several
+ * prompts.  With more running decodes
  * than the budget, all decodes still run (a decode is never delayed) and no
  * prefill does.
  *
@@ -44,6 +46,7 @@ struct cp_state {
 	double		target_ms;	/* 0: fixed budget */
 	uint32_t	min_chunk;
 	uint32_t	max_chunk;
+	enum pl_prefill_mode order;	/* PL_CHUNK_SHORT or PL_CHUNK */
 };
 
 /* A fitted cost model, in milliseconds. */
@@ -70,6 +73,7 @@ cp_init(const struct phased_policy_params *params, void **state, char *err,
 		return (-1);
 	}
 	s->budget = 512;
+	s->order = PL_CHUNK_SHORT;
 	s->min_chunk = 32;
 	s->max_chunk = 8192;
 	for (i = 0; i < params->n; i++) {
@@ -94,9 +98,12 @@ cp_init(const struct phased_policy_params *params, void **state, char *err,
 				goto fail;
 			s->max_chunk = n;
 			have_chunk = 1;
+		} else if (strcmp(kv->key, "order") == 0) {
+			if (pl_param_order(kv, &s->order, err, errlen) != 0)
+				goto fail;
 		} else {
 			pl_param_unknown(kv, "budget, tbt_target_ms, min_chunk, "
-			    "max_chunk", err, errlen);
+			    "max_chunk, order", err, errlen);
 			goto fail;
 		}
 	}
@@ -271,7 +278,7 @@ cp_schedule(void *state, const struct phased_view *v, struct phased_plan *p)
 			limit = chunk;
 	}
 	if (limit != 0)
-		pl_prefill(v, p, &b, limit, PL_CHUNK);
+		pl_prefill(v, p, &b, limit, s->order);
 	return (0);
 }
 
@@ -289,7 +296,8 @@ const struct phased_policy phased_policy_entry = {
 	.name = "chunked-prefill",
 	.describe = "decodes first, prompt chunks fill a token budget or a "
 	    "time-between-tokens target",
-	.params_help = "budget=N tbt_target_ms=T min_chunk=N max_chunk=N",
+	.params_help = "budget=N tbt_target_ms=T min_chunk=N max_chunk=N "
+	    "order=shortest|arrival",
 	.init = cp_init,
 	.schedule = cp_schedule,
 	.fini = cp_fini,

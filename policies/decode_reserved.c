@@ -25,6 +25,7 @@
 struct dr_state {
 	uint32_t	max_prefill;	/* prompt tokens per iteration */
 	uint32_t	every;		/* prefill on every K-th iteration */
+	enum pl_prefill_mode order;	/* PL_CHUNK_SHORT or PL_CHUNK */
 };
 
 /* Parse max_prefill_tokens and prefill_every. */
@@ -41,6 +42,7 @@ dr_init(const struct phased_policy_params *params, void **state, char *err,
 		return (-1);
 	}
 	s->max_prefill = 256;
+	s->order = PL_CHUNK_SHORT;
 	s->every = 1;
 	for (i = 0; i < params->n; i++) {
 		const struct phased_param *kv = &params->v[i];
@@ -53,8 +55,11 @@ dr_init(const struct phased_policy_params *params, void **state, char *err,
 			if (pl_param_uint(kv, 1, 1024, &n, err, errlen) != 0)
 				goto fail;
 			s->every = n;
+		} else if (strcmp(kv->key, "order") == 0) {
+			if (pl_param_order(kv, &s->order, err, errlen) != 0)
+				goto fail;
 		} else {
-			pl_param_unknown(kv, "max_prefill_tokens, prefill_every",
+			pl_param_unknown(kv, "max_prefill_tokens, prefill_every, order",
 			    err, errlen);
 			goto fail;
 		}
@@ -87,7 +92,7 @@ dr_schedule(void *state, const struct phased_view *v, struct phased_plan *p)
 			return (0);
 		limit = s->max_prefill;
 	}
-	pl_prefill(v, p, &b, limit, PL_CHUNK);
+	pl_prefill(v, p, &b, limit, s->order);
 	return (0);
 }
 
@@ -105,7 +110,8 @@ const struct phased_policy phased_policy_entry = {
 	.name = "decode-reserved",
 	.describe = "every running decode first; prefill only in a reserved "
 	    "share of tokens and iterations",
-	.params_help = "max_prefill_tokens=N prefill_every=K",
+	.params_help = "max_prefill_tokens=N prefill_every=K "
+	    "order=shortest|arrival",
 	.init = dr_init,
 	.schedule = dr_schedule,
 	.fini = dr_fini,

@@ -12,15 +12,18 @@
  *    migrated to the DECODE group with the most free KV blocks that can hold
  *    them (the engine copies the KV through its transfer interface); a
  *    request no decode group can take yet waits where it is.  Then waiting
- *    requests are prefilled in arrival order: whole prompts (a prompt longer
- *    than max_batch_tokens in chunks), or chunks of at most chunk=N tokens
- *    per iteration when that is given.
+ *    requests are prefilled in chunks of at most chunk=N tokens per
+ *    iteration (default 64), least remaining prompt first (order=arrival
+ *    for arrival order), so a short chat turn does not wait behind a long
+ *    document; chunk=0 prefills whole prompts in arrival order, as DistServe
+ *    does (a prompt longer than max_batch_tokens is still chunked).
  *  - On a DECODE group: one token for each decoding request that lives there;
  *    when KV runs short the newest are preempted (they return to waiting and
  *    are prefilled again on a prefill group).
  *  - On a MIXED group, or when the instance lacks a PREFILL or a DECODE
  *    group (a single MIXED group), it degrades to chunked prefill: decodes
- *    first, prompt chunks fill budget=N tokens (default 512).
+ *    first, prompt chunks fill budget=N tokens (default 512), in the same
+ *    order.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,12 +33,20 @@
 
 #include "policy_lib.h"
 
+/*
+ * Prompt tokens per prefill-group iteration by default: small enough that a
+ * short prompt arriving behind a long one waits one chunk, not the whole
+ * long prefill; large enough to keep the matrix kernels efficient.
+ */
+#define DG_CHUNK_DEFAULT	64
+
 struct dg_state {
 	uint32_t	chunk;		/* 0: whole prompts on the prefill group */
 	uint32_t	budget;		/* tokens per iteration when degraded */
+	enum pl_prefill_mode order;	/* PL_CHUNK_SHORT or PL_CHUNK */
 };
 
-/* Parse chunk and budget. */
+/* Parse chunk, budget and order. */
 static int
 dg_init(const struct phased_policy_params *params, void **state, char *err,
     size_t errlen)
@@ -49,19 +60,30 @@ dg_init(const struct phased_policy_params *params, void **state, char *err,
 		return (-1);
 	}
 	s->budget = 512;
+	s->chunk = DG_CHUNK_DEFAULT;
+	s->order = PL_CHUNK_SHORT;
 	for (i = 0; i < params->n; i++) {
 		const struct phased_param *kv = &params->v[i];
 
 		if (strcmp(kv->key, "chunk") == 0) {
-			if (pl_param_uint(kv, 16, 65536, &n, err, errlen) != 0)
+			if (pl_param_uint(kv, 0, 65536, &n, err, errlen) != 0)
 				goto fail;
+			if (n != 0 && n < 16) {
+				snprintf(err, errlen, "chunk %llu is out of range "
+				    "0 (whole prompts) or 16..65536",
+				    (unsigned long long)n);
+				goto fail;
+			}
 			s->chunk = n;
 		} else if (strcmp(kv->key, "budget") == 0) {
 			if (pl_param_uint(kv, 16, 65536, &n, err, errlen) != 0)
 				goto fail;
 			s->budget = n;
+		} else if (strcmp(kv->key, "order") == 0) {
+			if (pl_param_order(kv, &s->order, err, errlen) != 0)
+				goto fail;
 		} else {
-			pl_param_unknown(kv, "chunk, budget", err, errlen);
+			pl_param_unknown(kv, "chunk, budget, order", err, errlen);
 			goto fail;
 		}
 	}
@@ -126,7 +148,7 @@ dg_schedule(void *state, const struct phased_view *v, struct phased_plan *p)
 		pl_decodes(v, p, &b);
 		limit = s->budget > b.decodes ? s->budget - b.decodes : 0;
 		if (limit != 0)
-			pl_prefill(v, p, &b, limit, PL_CHUNK);
+			pl_prefill(v, p, &b, limit, s->order);
 		return (0);
 	}
 	if (role == PHASED_ROLE_DECODE) {
@@ -135,7 +157,7 @@ dg_schedule(void *state, const struct phased_view *v, struct phased_plan *p)
 	}
 	dg_migrate(v, p);
 	if (s->chunk != 0)
-		pl_prefill(v, p, &b, s->chunk, PL_CHUNK);
+		pl_prefill(v, p, &b, s->chunk, s->order);
 	else
 		pl_prefill(v, p, &b, UINT32_MAX, PL_WHOLE);
 	return (0);
@@ -155,7 +177,7 @@ const struct phased_policy phased_policy_entry = {
 	.name = "disaggregated",
 	.describe = "prefill and decode on separate device groups, KV migrated "
 	    "when the prompt is done",
-	.params_help = "chunk=N budget=N",
+	.params_help = "chunk=N (0: whole prompts) budget=N order=shortest|arrival",
 	.init = dg_init,
 	.schedule = dg_schedule,
 	.fini = dg_fini,

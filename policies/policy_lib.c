@@ -95,6 +95,42 @@ pl_fit_kv(const struct phased_view *v, const struct phased_request *r,
 	return (cap < want ? (uint32_t)cap : want);
 }
 
+/* The view qsort compares in; per thread, as engine loops plan in parallel. */
+static __thread const struct phased_view *pl_sort_view;
+
+/* Order two request indices by remaining prompt, then by arrival. */
+static int
+pl_cmp_remaining(const void *a, const void *b)
+{
+	uint32_t	ia = *(const uint32_t *)a, ib = *(const uint32_t *)b;
+	uint32_t	ra = phased_req_remaining(&pl_sort_view->reqs[ia]);
+	uint32_t	rb = phased_req_remaining(&pl_sort_view->reqs[ib]);
+
+	if (ra != rb)
+		return (ra < rb ? -1 : 1);
+	return (ia < ib ? -1 : ia > ib);
+}
+
+/*
+ * The request indices of a view, least remaining prompt first (ties in
+ * arrival order); NULL when out of memory.
+ */
+static uint32_t *
+pl_order_shortest(const struct phased_view *v)
+{
+	uint32_t	*ord;
+	uint32_t	 i;
+
+	if ((ord = malloc(v->n_reqs * sizeof *ord)) == NULL)
+		return (NULL);
+	for (i = 0; i < v->n_reqs; i++)
+		ord[i] = i;
+	pl_sort_view = v;
+	qsort(ord, v->n_reqs, sizeof *ord, pl_cmp_remaining);
+	pl_sort_view = NULL;
+	return (ord);
+}
+
 /*
  * Plan prefill work in arrival order: requests prefilling on the group and
  * waiting requests (admitted to it), at most `limit` tokens in all.  In
@@ -102,15 +138,18 @@ pl_fit_kv(const struct phased_view *v, const struct phased_request *r,
  * first that does not fit stops admission (strict FCFS); a prompt longer than
  * max_batch_tokens could never fit whole and is chunked instead.  In
  * PL_CHUNK mode each gets as much as is left, so one long prompt is split
- * across iterations and several prompts can share one.
+ * across iterations and several prompts can share one.  PL_CHUNK_SHORT
+ * chunks too but serves the prompts with the least left to prefill first,
+ * so a short chat turn is not queued behind the chunks of a long document
+ * (the long prompt loses only the few tokens the short ones take).
  */
 uint32_t
 pl_prefill(const struct phased_view *v, struct phased_plan *p,
     struct pl_budget *b, uint32_t limit, enum pl_prefill_mode mode)
 {
 	const struct phased_request	*r;
-	uint32_t			 i, rem, avail, n, total = 0;
-	uint32_t			 need, whole;
+	uint32_t			 i, k, rem, avail, n, total = 0;
+	uint32_t			 need, whole, *ord = NULL;
 	int64_t				 slack;
 
 	if (!pl_can_prefill(v) || v->block_size == 0)
@@ -127,7 +166,11 @@ pl_prefill(const struct phased_view *v, struct phased_plan *p,
 			slack -= phased_blocks_needed(v, r,
 			    phased_req_remaining(r));
 	}
-	for (i = 0; i < v->n_reqs; i++) {
+	if (mode == PL_CHUNK_SHORT && v->n_reqs > 1 &&
+	    (ord = pl_order_shortest(v)) == NULL)
+		mode = PL_CHUNK;	/* out of memory: arrival order */
+	for (k = 0; k < v->n_reqs; k++) {
+		i = ord != NULL ? ord[k] : k;
 		r = &v->reqs[i];
 		if (r->state == PHASED_REQ_PREFILLING) {
 			if (r->group != v->group || i >= b->cut)
@@ -145,7 +188,7 @@ pl_prefill(const struct phased_view *v, struct phased_plan *p,
 
 		if (rem <= avail)
 			n = rem;
-		else if (mode == PL_CHUNK || rem > v->max_batch_tokens)
+		else if (mode != PL_WHOLE || rem > v->max_batch_tokens)
 			n = avail;
 		else
 			break;	/* head of line waits for a whole iteration */
@@ -172,6 +215,7 @@ pl_prefill(const struct phased_view *v, struct phased_plan *p,
 		if (mode == PL_WHOLE && n < rem)
 			break;	/* a chunked head of line takes the rest */
 	}
+	free(ord);
 	b->prefill += total;
 	return (total);
 }
@@ -240,4 +284,21 @@ pl_param_unknown(const struct phased_param *kv, const char *valid, char *err,
 		snprintf(err, errlen, "unknown parameter '%s' (expected %s)",
 		    kv->key, valid);
 	return (-1);
+}
+
+/* Parse order=shortest|arrival into the chunking mode it selects. */
+int
+pl_param_order(const struct phased_param *kv, enum pl_prefill_mode *mode,
+    char *err, size_t errlen)
+{
+	if (strcmp(kv->value, "shortest") == 0)
+		*mode = PL_CHUNK_SHORT;
+	else if (strcmp(kv->value, "arrival") == 0)
+		*mode = PL_CHUNK;
+	else {
+		snprintf(err, errlen, "order '%s' is not shortest or arrival",
+		    kv->value);
+		return (-1);
+	}
+	return (0);
 }

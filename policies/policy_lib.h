@@ -27,7 +27,8 @@ struct pl_budget {
 /* How pl_prefill() sizes the work it gives one request. */
 enum pl_prefill_mode {
 	PL_WHOLE,	/* whole remaining prompt, strict arrival order (FCFS) */
-	PL_CHUNK	/* any chunk that fits, oldest first */
+	PL_CHUNK,	/* any chunk that fits, oldest first */
+	PL_CHUNK_SHORT	/* any chunk that fits, least remaining prompt first */
 };
 
 /* Start a budget from the view's limits for the group being planned. */
@@ -40,6 +41,9 @@ PL_HIDDEN uint32_t pl_decodes(const struct phased_view *, struct phased_plan *,
 /* Plan prefill work in arrival order, at most `limit` tokens. */
 PL_HIDDEN uint32_t pl_prefill(const struct phased_view *, struct phased_plan *,
 		    struct pl_budget *, uint32_t limit, enum pl_prefill_mode);
+/* Parse order=shortest|arrival into a chunking mode; -1 and err on failure. */
+PL_HIDDEN int	 pl_param_order(const struct phased_param *,
+		    enum pl_prefill_mode *, char *err, size_t errlen);
 /* Parse an integer parameter within [min, max]; -1 and err on failure. */
 PL_HIDDEN int	 pl_param_uint(const struct phased_param *, uint64_t min,
 		    uint64_t max, uint64_t *out, char *err, size_t errlen);

@@ -422,7 +422,8 @@ static void
 test_chunked(void)
 {
 	struct tv	*t = calloc(1, sizeof *t);
-	struct policy	*pol = load("chunked-prefill", "budget=256");
+	struct policy	*pol = load("chunked-prefill", "budget=256 order=arrival");
+	struct policy	*srt = load("chunked-prefill", "budget=256");
 
 	tv_init(t, 4096, 16, 1000);
 	tv_add(t, 1, 0, 20, 20, 4);
@@ -433,6 +434,15 @@ test_chunked(void)
 	plan(pol, t);
 	is_int(t->p.n_entries, 4, "chunked: 3 decodes + 1 chunk");
 	is_int(t->p.entries[3].n_tokens, 253, "chunked: chunk fills the budget");
+	/* By default the short prompt goes first, the long one takes the rest. */
+	plan(srt, t);
+	is_int(t->p.n_entries, 5, "chunked shortest: 3 decodes + 2 prompts");
+	is_int(t->p.entries[3].id, 5, "chunked shortest: the short prompt first");
+	is_int(t->p.entries[3].n_tokens, 50, "chunked shortest: all of it");
+	is_int(t->p.entries[4].id, 4, "chunked shortest: then the long one");
+	is_int(t->p.entries[4].n_tokens, 203, "chunked shortest: the rest of "
+	    "the budget");
+	policy_close(srt);
 
 	tv_init(t, 4096, 16, 1000);
 	tv_add(t, 1, 0, 20, 20, 4);
@@ -588,7 +598,7 @@ static void
 test_disaggregated(void)
 {
 	struct tv	*t = calloc(1, sizeof *t), *u;
-	struct policy	*pol = load("disaggregated", "");
+	struct policy	*pol = load("disaggregated", "chunk=0");
 	struct policy	*cp = load("chunked-prefill", "budget=512");
 	char		 err[256];
 	uint32_t	 i;
