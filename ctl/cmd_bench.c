@@ -987,6 +987,40 @@ b_max_tbt(const struct b_req *r)
 	return (m);
 }
 
+/*
+ * The gaps a chat stream's user sees: between successive tokens of the
+ * stream across its requests, so the wait for the first token of each new
+ * turn counts too; a last request cancelled before any token adds the wait
+ * from the stream's last token to the cancel.
+ */
+static void
+b_stream_gaps(struct bench *b, struct b_vec *gaps)
+{
+	struct b_req	*r;
+	uint32_t	 k;
+	uint64_t	 last;
+	size_t		 i, j;
+	int		 have;
+
+	for (k = 0; k < b->o->chats; k++) {
+		have = 0;
+		last = 0;
+		for (i = 0; i < b->n_reqs; i++) {
+			r = b->reqs[i];
+			if (r->kind != BK_CHAT || r->stream != k || !b_ok(r))
+				continue;
+			for (j = 0; j < r->n_tok; j++) {
+				if (have)
+					b_push(gaps, (r->tok_ns[j] - last) / 1e6);
+				last = r->tok_ns[j];
+				have = 1;
+			}
+			if (r->n_tok == 0 && r->cancelled && have)
+				b_push(gaps, (r->done_ns - last) / 1e6);
+		}
+	}
+}
+
 /* Print one statistics row, as text or as a JSON member. */
 static void
 b_print_stat(int json, const char *name, struct b_stat s, int *first)
@@ -1010,7 +1044,8 @@ b_report(struct bench *b)
 	struct b_opts	*o = b->o;
 	struct b_vec	 ttft = { 0 }, tbt = { 0 }, tpot = { 0 }, e2e = { 0 };
 	struct b_vec	 dttft = { 0 }, dtbt = { 0 }, ctbt = { 0 };
-	struct b_vec	 lttft = { 0 }, dqueue = { 0 };
+	struct b_vec	 lttft = { 0 }, dqueue = { 0 }, cttft = { 0 };
+	struct b_vec	 cgap = { 0 };
 	struct b_req	*r;
 	const char	*reasons[16];
 	size_t		 counts[16], n_reasons = 0, i, j, ok = 0, errors = 0;
@@ -1048,6 +1083,8 @@ b_report(struct bench *b)
 			b_push(&dttft, r->tok_us[0] / 1e3);
 			if (r->kind == BK_LONG)
 				b_push(&lttft, x);
+			else if (r->kind == BK_CHAT)
+				b_push(&cttft, x);
 		}
 		if (r->kind == BK_LONG)
 			n_long++;
@@ -1150,7 +1187,12 @@ b_report(struct bench *b)
 			    "long prompts of %u tokens every %.1f s\n",
 			    o->chats, o->chat_output, n_long, o->long_count,
 			    o->long_prompt_len, o->long_every);
+		b_stream_gaps(b, &cgap);
 		b_print_stat(json, "chat_tbt", b_stats(ctbt.v, ctbt.n), &first);
+		b_print_stat(json, "chat_ttft", b_stats(cttft.v, cttft.n),
+		    &first);
+		b_print_stat(json, "chat_stream_gap", b_stats(cgap.v, cgap.n),
+		    &first);
 		b_print_stat(json, "long_ttft", b_stats(lttft.v, lttft.n),
 		    &first);
 		if (json)
@@ -1166,6 +1208,8 @@ b_report(struct bench *b)
 	free(dtbt.v);
 	free(ctbt.v);
 	free(lttft.v);
+	free(cttft.v);
+	free(cgap.v);
 	free(dqueue.v);
 	if (fflush(stdout) != 0)
 		return (ctl_fail(CTL_EUSAGE, "write error"));

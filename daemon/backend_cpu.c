@@ -1,10 +1,14 @@
 /* backend_cpu.c: the CPU backend: a thread pool per instance, host KV pools. */
+#include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend.h"
+#ifdef HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 #include "kvcache.h"
 #include "model.h"
 #include "threadpool.h"
@@ -116,6 +120,9 @@ const struct backend_ops backend_cpu_ops = {
 /* Backends built into this binary; a GPU backend adds its entry here. */
 static const struct backend_ops *backends[] = {
 	&backend_cpu_ops,
+#ifdef HAVE_CUDA
+	&backend_cuda_ops,
+#endif
 };
 
 /* The backend called name, or NULL when not built. */

@@ -1,4 +1,4 @@
-/* backend_cuda.c: the CUDA backend: weights, KV pages and the forward pass on a GPU. */
+/* backend_cuda.c: the CUDA backend: weights, KV pages, forward pass on GPU. */
 
 #include "config.h"
 
@@ -47,6 +47,13 @@
 
 /* Smallest row capacity of the activation buffers (grown on demand). */
 #define CUDA_MIN_ROWS	64
+
+/*
+ * Most bytes of attention workspace.  The kernels split contexts only for
+ * batches too small to fill the device, so a large batch that would need
+ * more gets none and runs unsplit.
+ */
+#define CUDA_ATTN_WS_MAX	((size_t)64 << 20)
 
 /* A weight matrix on the device, in its GGUF type. */
 struct cuda_mat {
@@ -180,7 +187,7 @@ upload_tensor(const struct model *m, const char *name, void **d,
 	return (0);
 }
 
-/* Upload a weight matrix of n_out rows of n_in (shapes checked by model_load). */
+/* Upload a weight of n_out rows of n_in (model_load checked the shape). */
 static int
 upload_mat(const struct model *m, const char *name, int n_in, int n_out,
     struct cuda_mat *cm, char **cause)
@@ -371,6 +378,11 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 	KR(cuda_blas_create(&bi->blas, bi->stream), "create cublas handle");
 	if (upload_weights(bi, cause) != 0)
 		goto fail;
+	/*
+	 * A copy from pageable memory may return before its DMA is done, and
+	 * the instance's stream does not wait for the legacy stream.
+	 */
+	CU(cudaDeviceSynchronize(), "upload weights");
 	log_debug("cuda: %s on device %d", mi->name, dev);
 	return (bi);
 
@@ -430,9 +442,10 @@ cuda_kv_pool_create(struct backend_inst *bi, uint32_t n_blocks, char **cause)
 	l.type = KV_TYPE_F16;
 	if (kv_layout_check(&l, cause) != 0)
 		return (NULL);
-	if (n_blocks < 1 || n_blocks > (1U << 28)) {
-		set_cause(cause, "kv pool of %u blocks out of range 1..%u",
-		    n_blocks, 1U << 28);
+	/* Slots (block * KV_BLOCK + offset) are int32 on the device. */
+	if (n_blocks < 1 || n_blocks > INT32_MAX / KV_BLOCK) {
+		set_cause(cause, "kv pool of %u blocks out of range 1..%d",
+		    n_blocks, INT32_MAX / KV_BLOCK);
 		return (NULL);
 	}
 	per_block = kv_layout_block_bytes(&l);
@@ -577,7 +590,7 @@ ensure_buffers(struct backend_inst *bi, int rows, int n_out, char **cause)
 		while (cap < rows)
 			cap = cap > MODEL_MAX_BATCH_TOKENS / 2 ?
 			    MODEL_MAX_BATCH_TOKENS : cap * 2;
-		per_row = 5 * dim + 2 * kvd + 2 * ff;
+		per_row = 4 * dim + 2 * kvd + 2 * ff;
 		CU(cudaStreamSynchronize(bi->stream), "drain stream");
 		cudaFree(bi->act);
 		bi->act = NULL;
@@ -590,8 +603,6 @@ ensure_buffers(struct backend_inst *bi, int rows, int n_out, char **cause)
 		bi->xb = p;	p += (size_t)cap * dim;
 		bi->q = p;	p += (size_t)cap * dim;
 		bi->att = p;	p += (size_t)cap * dim;
-		/* one more dim per row: spare, keeps gate/up apart from k/v */
-		p += (size_t)cap * dim;
 		bi->k = p;	p += (size_t)cap * kvd;
 		bi->v = p;	p += (size_t)cap * kvd;
 		bi->hb = p;	p += (size_t)cap * ff;
@@ -671,11 +682,11 @@ align16(size_t n)
 
 /*
  * Offsets of the metadata arrays inside the staging buffer of one call:
- * tokens, positions and KV slots per row, block tables and attention
- * descriptors per entry.
+ * tokens, positions and KV slots per row, block tables, attention
+ * descriptors and output rows per entry.
  */
 struct meta_layout {
-	size_t	tokens, pos, slots, tables, seqs, total;
+	size_t	tokens, pos, slots, tables, seqs, out_rows, total;
 };
 
 /* Lay out the metadata of T rows, n entries of up to max_blocks blocks. */
@@ -695,7 +706,8 @@ meta_layout(struct meta_layout *ml, int T, int n, uint32_t max_blocks,
 	ml->slots = align16(ml->pos + (size_t)T * sizeof(int32_t));
 	ml->tables = align16(ml->slots + (size_t)T * sizeof(int32_t));
 	ml->seqs = align16(ml->tables + (size_t)tables);
-	ml->total = align16(ml->seqs + (size_t)n * sizeof(struct attn_seq));
+	ml->out_rows = align16(ml->seqs + (size_t)n * sizeof(struct attn_seq));
+	ml->total = align16(ml->out_rows + (size_t)n * sizeof(int32_t));
 	return (0);
 }
 
@@ -714,7 +726,7 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 	const struct fwd_entry	*e;
 	const struct cuda_layer	*l;
 	struct attn_seq		*hs;
-	int32_t			*htok, *hpos, *hslot, *htab;
+	int32_t			*htok, *hpos, *hslot, *htab, *hout;
 	float			*xo, *lg;
 	uint32_t		 max_blocks = 1, p, layer;
 	int			 T, n_out, n, i, row, r, max_q = 1, max_ctx = 1;
@@ -749,6 +761,8 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 	/* Context splits: at most max_ctx / 256 slices (see cuda_kernels.h). */
 	ws = max_ctx >= 512 ? cuda_attention_workspace_size(T, mi->n_head, hd,
 	    max_ctx / 256) : 0;
+	if (ws > CUDA_ATTN_WS_MAX)
+		ws = 0;
 	if (ensure_attn_ws(bi, ws, cause) != 0)
 		return (-1);
 
@@ -758,7 +772,8 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 	hslot = (int32_t *)(bi->h_meta + ml.slots);
 	htab = (int32_t *)(bi->h_meta + ml.tables);
 	hs = (struct attn_seq *)(bi->h_meta + ml.seqs);
-	for (n = row = 0; n < b->n_seqs; n++) {
+	hout = (int32_t *)(bi->h_meta + ml.out_rows);
+	for (n = row = r = 0; n < b->n_seqs; n++) {
 		e = &b->entries[n];
 		for (i = 0; i < e->n_tokens; i++, row++) {
 			p = e->seq->n_tokens + i;
@@ -776,6 +791,8 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 		hs[n].q_len = e->n_tokens;
 		hs[n].ctx_len = (int32_t)(e->seq->n_tokens + e->n_tokens);
 		hs[n].reserved = 0;
+		if (e->logits != NULL)
+			hout[r++] = row - 1;
 	}
 	CU(cudaMemcpyAsync(bi->d_meta, bi->h_meta, ml.total,
 	    cudaMemcpyHostToDevice, bi->stream), "copy batch metadata");
@@ -846,21 +863,17 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 		    bi->stream), "ffn residual");
 	}
 
-	/* The output head, only for the last row of entries wanting logits. */
+	/*
+	 * The output head, only for the last row of entries wanting logits:
+	 * those rows are gathered as an embedding lookup with x as an F32
+	 * table of T rows.
+	 */
 	if (n_out > 0) {
 		xo = bi->d_out;
 		lg = bi->d_out + (size_t)bi->cap_out * dim;
-		for (n = r = row = 0; n < b->n_seqs; n++) {
-			e = &b->entries[n];
-			row += e->n_tokens;
-			if (e->logits == NULL)
-				continue;
-			CU(cudaMemcpyAsync(xo + (size_t)r * dim, bi->x +
-			    (size_t)(row - 1) * dim, dim * sizeof(float),
-			    cudaMemcpyDeviceToDevice, bi->stream),
-			    "gather output rows");
-			r++;
-		}
+		KR(cuda_embedding_forward(xo, bi->x, TT_F32, dim, T,
+		    (const int32_t *)(bi->d_meta + ml.out_rows), n_out,
+		    bi->stream), "gather output rows");
 		KR(cuda_rmsnorm_forward(xo, xo, bi->output_norm, n_out, dim,
 		    mi->rms_eps, bi->stream), "output norm");
 		KR(cuda_matmul_forward(bi->blas, lg, xo, CUDA_ACT_F32,
@@ -894,6 +907,22 @@ fail:
 	return (-1);
 }
 
+/* Queue a copy of KV pages on dst's stream, between devices if need be. */
+static int
+copy_run(struct backend_inst *dst, struct backend_inst *src, void *d,
+    const void *s, size_t bytes, char **cause)
+{
+	if (dst->dev == src->dev) {
+		if (cu_failed(cudaMemcpyAsync(d, s, bytes,
+		    cudaMemcpyDeviceToDevice, dst->stream), "copy kv blocks",
+		    cause))
+			return (-1);
+	} else if (cu_failed(cudaMemcpyPeerAsync(d, dst->dev, s, src->dev,
+	    bytes, dst->stream), "copy kv blocks between devices", cause))
+		return (-1);
+	return (0);
+}
+
 /*
  * Copy src_seq's KV into the empty dst_seq: blocks are taken from dst_pool
  * on the host, then each layer's K and V pages are copied on the device
@@ -911,7 +940,7 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 	const size_t		 blk = (size_t)KV_BLOCK *
 				    dst_pool->layout.n_kv_heads *
 				    dst_pool->layout.head_dim * sizeof(uint16_t);
-	uint32_t		 nb, i, layer;
+	uint32_t		 nb, i, layer, run;
 	size_t			 doff, soff;
 
 	if (dp == NULL || sp == NULL || dp->bi != dst || sp->bi != src) {
@@ -946,29 +975,23 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 	CU(cudaSetDevice(src->dev), "select source device");
 	CU(cudaStreamSynchronize(src->stream), "drain source stream");
 	CU(cudaSetDevice(dst->dev), "select device");
-	for (layer = 0; layer < dl->n_layers; layer++) {
-		for (i = 0; i < nb; i++) {
-			doff = (size_t)dst_seq->blocks[i] * blk;
-			soff = (size_t)src_seq->blocks[i] * blk;
-			if (dst->dev == src->dev) {
-				CU(cudaMemcpyAsync((uint8_t *)pool_k(dp, layer) +
-				    doff, (const uint8_t *)pool_k(sp, layer) +
-				    soff, blk, cudaMemcpyDeviceToDevice,
-				    dst->stream), "copy kv block");
-				CU(cudaMemcpyAsync((uint8_t *)pool_v(dp, layer) +
-				    doff, (const uint8_t *)pool_v(sp, layer) +
-				    soff, blk, cudaMemcpyDeviceToDevice,
-				    dst->stream), "copy kv block");
-			} else {
-				CU(cudaMemcpyPeerAsync((uint8_t *)pool_k(dp,
-				    layer) + doff, dst->dev, (const uint8_t *)
-				    pool_k(sp, layer) + soff, src->dev, blk,
-				    dst->stream), "copy kv block between devices");
-				CU(cudaMemcpyPeerAsync((uint8_t *)pool_v(dp,
-				    layer) + doff, dst->dev, (const uint8_t *)
-				    pool_v(sp, layer) + soff, src->dev, blk,
-				    dst->stream), "copy kv block between devices");
-			}
+	/* Runs of consecutive block ids on both sides go in one copy. */
+	for (i = 0; i < nb; i += run) {
+		run = 1;
+		while (i + run < nb && dst_seq->blocks[i + run] ==
+		    dst_seq->blocks[i] + run && src_seq->blocks[i + run] ==
+		    src_seq->blocks[i] + run)
+			run++;
+		doff = (size_t)dst_seq->blocks[i] * blk;
+		soff = (size_t)src_seq->blocks[i] * blk;
+		for (layer = 0; layer < dl->n_layers; layer++) {
+			if (copy_run(dst, src, (uint8_t *)pool_k(dp, layer) +
+			    doff, (const uint8_t *)pool_k(sp, layer) + soff,
+			    (size_t)run * blk, cause) != 0 ||
+			    copy_run(dst, src, (uint8_t *)pool_v(dp, layer) +
+			    doff, (const uint8_t *)pool_v(sp, layer) + soff,
+			    (size_t)run * blk, cause) != 0)
+				goto fail;
 		}
 	}
 	/* The source may reuse its blocks as soon as this returns. */

@@ -841,6 +841,7 @@ engine_create(struct model *m, const struct engine_config *conf,
 {
 	struct engine			*e;
 	struct inst_metrics_config	 mc;
+	const char			*backend;
 	int				 i;
 
 	e = xcalloc(1, sizeof *e);
@@ -860,8 +861,19 @@ engine_create(struct model *m, const struct engine_config *conf,
 	inst_metrics_init(&e->metrics, e->name, now_ns(), &mc);
 	if (trace_init(&e->trace, 1U << 16, cause) != 0)
 		goto fail;
-	if ((e->ops = backend_find("cpu")) == NULL) {
-		set_cause(cause, "no cpu backend");
+	backend = conf->groups[0].backend[0] != '\0' ?
+	    conf->groups[0].backend : "cpu";
+	for (i = 1; i < conf->n_groups; i++) {
+		if (strcmp(conf->groups[i].backend[0] != '\0' ?
+		    conf->groups[i].backend : "cpu", backend) != 0) {
+			set_cause(cause, "device groups of one model must all be "
+			    "on the same backend");
+			goto fail;
+		}
+	}
+	if ((e->ops = backend_find(backend)) == NULL) {
+		set_cause(cause, "backend %s is not built into this phased",
+		    backend);
 		goto fail;
 	}
 	if (e->conf.max_seqs > e->conf.max_batch_tokens)

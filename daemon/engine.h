@@ -23,6 +23,7 @@ struct engine_group_spec {
 	int	 cpus[64];		/* CPU ids to pin to */
 	int	 n_cpus;		/* 0: not pinned */
 	char	 devices[64];		/* as given, for display: "cpu0-1" */
+	char	 backend[8];		/* "cpu" (default) or "cuda" */
 };
 
 struct engine_config {

@@ -40,13 +40,36 @@ struct load_msg {
 	char		*cause;
 };
 
-/* Parse a CPU list such as "cpu0-1" or "cpu0+cpu2" into spec. */
+/* Parse a GPU such as "cuda0" into spec: one device per group. */
+static int
+parse_gpu(const char *s, struct engine_group_spec *gs, char **cause)
+{
+	char	*end;
+	long	 n;
+
+	n = strtol(s + 4, &end, 10);
+	if (end == s + 4 || *end != '\0' || n < 0 || n > 255) {
+		set_cause(cause, "bad device '%s' (expected e.g. cuda0; a GPU "
+		    "group holds one device)", s);
+		return (-1);
+	}
+	gs->cpus[0] = (int)n;
+	gs->n_cpus = 1;
+	gs->n_threads = 1;
+	snprintf(gs->backend, sizeof gs->backend, "cuda");
+	snprintf(gs->devices, sizeof gs->devices, "%s", s);
+	return (0);
+}
+
+/* Parse a CPU list such as "cpu0-1" or "cpu0+cpu2" (or a GPU) into spec. */
 static int
 parse_cpus(const char *s, struct engine_group_spec *gs, char **cause)
 {
 	char		*copy, *tok, *save = NULL, *dash, *end;
 	long		 a, b, i;
 
+	if (strncmp(s, "cuda", 4) == 0)
+		return (parse_gpu(s, gs, cause));
 	copy = xstrdup(s);
 	for (tok = strtok_r(copy, "+", &save); tok != NULL;
 	    tok = strtok_r(NULL, "+", &save)) {
@@ -80,12 +103,13 @@ parse_cpus(const char *s, struct engine_group_spec *gs, char **cause)
 	}
 	free(copy);
 	snprintf(gs->devices, sizeof gs->devices, "%s", s);
+	snprintf(gs->backend, sizeof gs->backend, "cpu");
 	gs->n_threads = gs->n_cpus;
 	return (0);
 bad:
 	free(copy);
-	set_cause(cause, "bad device list '%s' (expected e.g. cpu0, cpu0-1 "
-	    "or cpu0+cpu2)", s);
+	set_cause(cause, "bad device list '%s' (expected e.g. cpu0, cpu0-1, "
+	    "cpu0+cpu2 or cuda0)", s);
 	return (-1);
 }
 

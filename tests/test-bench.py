@@ -138,8 +138,13 @@ try:
     rep = rep or {}
     inter = rep.get("interference", {})
     is_int(inter.get("long_completed"), 2, "both long prompts completed")
-    ok("chat_tbt" in inter and "long_ttft" in inter and
-       all(s in inter["chat_tbt"] for s in STAT), "interference has chat_tbt and long_ttft")
+    ok(all(k in inter and all(s in inter[k] for s in STAT)
+           for k in ["chat_tbt", "chat_ttft", "chat_stream_gap", "long_ttft"]),
+       "interference has chat_tbt, chat_ttft, chat_stream_gap and long_ttft", inter)
+    ok(inter.get("chat_stream_gap", {}).get("max", -1) >=
+       inter.get("chat_tbt", {}).get("max", 0) and
+       inter.get("chat_stream_gap", {}).get("n", -1) >= inter.get("chat_tbt", {}).get("n", 0),
+       "stream gaps include every within-request gap")
     is_int(inter.get("long_ttft", {}).get("n"), 2, "two long-prompt TTFT samples")
     reqs = timeline(tl)
     ok(sorted(set(r["stream"] for r in reqs if r["kind"] == "chat")) == [0, 1],

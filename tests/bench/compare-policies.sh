@@ -8,7 +8,7 @@
 # same order) so that a change in the machine's load hits all policies alike.
 #
 # usage: compare-policies.sh [-b BUILDDIR] [-o OUTDIR] [-r ROUNDS]
-#            [-e SECONDS] [-m MODEL.gguf] [-p POLICY,...]
+#            [-e SECONDS] [-m MODEL.gguf] [-p POLICY,...] [-t THREADS]
 #
 #   -b  build directory holding phased, phasectl, phased-synth and
 #       policies/.libs (default: $top_builddir, else the current directory)
@@ -19,6 +19,8 @@
 #   -m  the model (default: a TinyLlama-1.1B-shape Q4_0 model synthesized
 #       into /tmp if absent)
 #   -p  only these policies (labels below, comma-separated)
+#   -t  threads of the colocated policies (default 2; disaggregated always
+#       runs one group per CPU)
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +30,8 @@ rounds=3
 every=4
 model=/tmp/phased-bench-tinyllama-1.1b-q4_0.gguf
 only=
-while getopts b:o:r:e:m:p: opt; do
+threads=2
+while getopts b:o:r:e:m:p:t: opt; do
 	case $opt in
 	b) build=$(cd "$OPTARG" && pwd) ;;
 	o) out=$OPTARG ;;
@@ -36,7 +39,8 @@ while getopts b:o:r:e:m:p: opt; do
 	e) every=$OPTARG ;;
 	m) model=$OPTARG ;;
 	p) only=$OPTARG ;;
-	*) sed -n '10,21p' "$0" >&2; exit 2 ;;
+	t) threads=$OPTARG ;;
+	*) sed -n '10,23p' "$0" >&2; exit 2 ;;
 	esac
 done
 for p in phased phasectl phased-synth; do
@@ -106,7 +110,7 @@ while [ "$round" -le "$rounds" ]; do
 		load1=$(cut -d' ' -f1 /proc/loadavg)
 		echo "compare-policies: round $round, $label ($opts), load $load1" >&2
 		# shellcheck disable=SC2086
-		if ! ctl load "$name" "$model" ctx=2048 threads=2 $opts >/dev/null; then
+		if ! ctl load "$name" "$model" ctx=2048 threads="$threads" $opts >/dev/null; then
 			echo "compare-policies: $label: load failed" >&2
 			continue
 		fi
@@ -140,9 +144,12 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 avx512=no
 grep -q avx512f /proc/cpuinfo && avx512=yes
 python3 - "$cpu" "$avx512" "$started" "$model" "$long" "$every" "$rounds" \
-    "$chat_out" "$target" "$loads" "$elapsed" > "$work/meta.json" <<'PY'
+    "$chat_out" "$target" "$loads" "$elapsed" "$threads" \
+    "$(git -C "$here" log -1 --format='%h %cd' --date=iso 2>/dev/null || true)" \
+    > "$work/meta.json" <<'PY'
 import json, os, sys
-cpu, avx, date, model, long_, every, rounds, chat, target, loads, el = sys.argv[1:]
+(cpu, avx, date, model, long_, every, rounds, chat, target, loads, el,
+ threads, commit) = sys.argv[1:]
 head = """# Prefill/decode interference by scheduling policy
 
 Produced by `tests/bench/compare-policies.sh` on %s (%s s).
@@ -150,8 +157,9 @@ Produced by `tests/bench/compare-policies.sh` on %s (%s s).
 - Machine: %s, %d CPUs, AVX-512: %s, about 31 GB/s memory bandwidth; shared
   with other work, so figures are noisy.  One-minute load average when each
   run started:%s
+- Tree: %s (plus any uncommitted changes).
 - Model: `%s` (TinyLlama-1.1B shape, Q4_0, synthesized weights), loaded
-  afresh for each run with `ctx=2048 threads=2`.
+  afresh for each run with `ctx=2048 threads=%s`.
 - Workload, per run: `phasectl bench MODEL --scenario interference --chats 2
   --chat-output %s --chat-prompt-len 16 --long-prompt-len %s --long-output 4
   --long-every %s --long-count 1 --seed ROUND`: two chat streams generate %s
@@ -169,7 +177,8 @@ Produced by `tests/bench/compare-policies.sh` on %s (%s s).
   round 1's `--timeline` and `phasectl stats --json`; compare-policies.svg
   draws round 1.
 
-""" % (date, el, cpu, os.cpu_count(), avx, loads.rstrip(","), model, chat,
+""" % (date, el, cpu, os.cpu_count(), avx, loads.rstrip(","),
+       commit or "unknown", model, threads, chat,
        long_, every, chat, long_, every, rounds, target)
 print(json.dumps({"header": head,
                   "title": "chat token timelines, one %s-token prompt (round 1)" % long_}))

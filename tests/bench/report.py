@@ -37,14 +37,23 @@ def pct(v, p):
 
 def merge(rounds):
     """Figures of one policy over its rounds, from the timelines."""
-    tbt, ttft = [], []
+    tbt, ttft, gaps = [], [], []
     out_tok = prompt_tok = errors = 0
     dur = 0.0
     for rep, tl in rounds:
+        last = {}
         for r in tl["requests"]:
             t = r["tokens_ms"]
             if r["kind"] == "chat":
                 tbt.extend(b - a for a, b in zip(t, t[1:]))
+                # the stream's gaps, across its turns (see chat_stream_gap)
+                k = r["stream"]
+                for x in t:
+                    if k in last:
+                        gaps.append(x - last[k])
+                    last[k] = x
+                if not t and r["finish"] == "cancelled" and k in last:
+                    gaps.append(r["done_ms"] - last[k])
             elif r["kind"] == "long" and t:
                 ttft.append(t[0] - r["send_ms"])
         out_tok += rep.get("output_tokens", 0)
@@ -53,9 +62,11 @@ def merge(rounds):
         dur += rep.get("duration_s", 0)
     tbt.sort()
     ttft.sort()
+    gaps.sort()
     return {
         "tbt_p50": pct(tbt, 50), "tbt_p99": pct(tbt, 99),
         "tbt_max": tbt[-1] if tbt else None,
+        "gap_max": gaps[-1] if gaps else None,
         "ttft_mean": sum(ttft) / len(ttft) if ttft else None,
         "ttft_max": ttft[-1] if ttft else None, "n_long": len(ttft),
         "out_tps": out_tok / dur if dur else None,
@@ -68,9 +79,10 @@ def table(runs):
     """The Markdown comparison table, one row per policy."""
     out = []
     out.append("| policy | rounds | chat TBT p50 (ms) | chat TBT p99 (ms) | chat TBT max (ms) "
-               "| max / p50 | max / fcfs p50 | long TTFT mean (ms) | long TTFT max (ms) "
+               "| max / p50 | max / fcfs p50 | chat stream gap max (ms) "
+               "| long TTFT mean (ms) | long TTFT max (ms) "
                "| TTFT vs fcfs | output tok/s | prompt tok/s | errors |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     figs = [(label, merge(rounds)) for label, rounds in runs]
     base = base_tbt = None
     for label, f in figs:
@@ -81,9 +93,9 @@ def table(runs):
         ratio = "%.1fx" % (f["tbt_max"] / f["tbt_p50"]) if f["tbt_p50"] and f["tbt_max"] else "-"
         rel = "%.2fx" % (f["ttft_mean"] / base) if f["ttft_mean"] and base else "-"
         rbase = "%.1fx" % (f["tbt_max"] / base_tbt) if base_tbt and f["tbt_max"] else "-"
-        out.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
+        out.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
             label, f["rounds"], fmt(f["tbt_p50"]), fmt(f["tbt_p99"]), fmt(f["tbt_max"]),
-            ratio, rbase, fmt(f["ttft_mean"]), fmt(f["ttft_max"]), rel, fmt(f["out_tps"], 1),
+            ratio, rbase, fmt(f["gap_max"]), fmt(f["ttft_mean"]), fmt(f["ttft_max"]), rel, fmt(f["out_tps"], 1),
             fmt(f["prompt_tps"], 1), f["errors"]))
     return "\n".join(out) + "\n"
 
@@ -101,8 +113,8 @@ def svg(runs, title):
     lanes = []
     for _, _, tl in runs:
         n_chat = 1 + max([r["stream"] for r in tl["requests"] if r["kind"] == "chat"] or [0])
-        lanes.append(max(n_chat, 2))
-    height = head + sum((n + 1) * lane + gap for n in lanes) + 30
+        lanes.append((n_chat, max(n_chat, 3)))
+    height = head + sum((n + 1) * lane + gap for _, n in lanes) + 30
     scale = (width - left - right) / tmax
 
     def x(t_ms):
@@ -115,14 +127,16 @@ def svg(runs, title):
          '<text x="%d" y="31" fill="#555">tick: one token of a chat stream; '
          'grey bar: long prompt from arrival (triangle) to first token (dot)</text>' % left]
     y = head
-    for (label, rep, tl), n_chat in zip(runs, lanes):
+    for (label, rep, tl), (n_chat, n_lanes) in zip(runs, lanes):
         o.append('<text x="4" y="%d" font-weight="bold">%s</text>' % (
             y + lane - 3, html.escape(label)))
         f = merge([(rep, tl)])
         o.append('<text x="4" y="%d" fill="#555">TBT p50 %s, max %s ms</text>' % (
             y + 2 * lane - 3, fmt(f["tbt_p50"]), fmt(f["tbt_max"])))
+        o.append('<text x="4" y="%d" fill="#555">stream gap max %s ms</text>' % (
+            y + 3 * lane - 3, fmt(f["gap_max"])))
         o.append('<text x="4" y="%d" fill="#555">long TTFT %s ms</text>' % (
-            y + 3 * lane - 3, fmt(f["ttft_mean"])))
+            y + 4 * lane - 3, fmt(f["ttft_mean"])))
         for k in range(n_chat):
             yy = y + k * lane
             o.append('<text x="%d" y="%d" fill="#555">chat %d</text>' % (
@@ -136,7 +150,7 @@ def svg(runs, title):
             path = "".join("M%.1f %.1fv%d" % (x(t), yy + 2, lane - 4) for t in ticks)
             if path:
                 o.append('<path d="%s" stroke="#1f5fbf" stroke-width="0.8"/>' % path)
-        yy = y + n_chat * lane
+        yy = y + n_lanes * lane
         o.append('<text x="%d" y="%d" fill="#555">long</text>' % (left - 50, yy + lane - 4))
         for r in tl["requests"]:
             if r["kind"] != "long":
@@ -150,7 +164,7 @@ def svg(runs, title):
             o.append('<text x="%.1f" y="%.1f" fill="#333">%.1f s</text>' % (
                 f + 4, yy + lane - 4, (r["tokens_ms"][0] - r["send_ms"]) / 1e3
                 if r["tokens_ms"] else 0))
-        y += (n_chat + 1) * lane + gap
+        y += (n_lanes + 1) * lane + gap
     # time axis
     o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>' % (
         left, y - gap + 4, width - right, y - gap + 4))

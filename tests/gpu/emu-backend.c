@@ -1,4 +1,4 @@
-/* emu-backend.c: the runtime calls of emu-backend.h, run on the host in order. */
+/* emu-backend.c: the calls of emu-backend.h, done in order on the host. */
 
 #include <stdlib.h>
 #include <string.h>

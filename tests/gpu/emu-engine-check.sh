@@ -31,6 +31,9 @@ for l in model tokenizer kernels kernels_avx2 kernels_avx512 gguf util; do
 	esac
 	libs="$libs $a"
 done
+# A tree built with sanitizers needs them at link time too.
+nm "$top_builddir/.libs/libphased_util.a" 2>/dev/null | grep -q __asan_ &&
+    EMU_SANITIZE=${EMU_SANITIZE:-1}
 [ -f "$top_builddir/config.h" ] ||
     { echo "1..0 # SKIP no config.h in $top_builddir"; exit 0; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/phased-emu-engine.XXXXXX") || exit 1

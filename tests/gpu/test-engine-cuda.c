@@ -1,4 +1,4 @@
-/* test-engine-cuda.c: stories260K on the CUDA backend against the CPU backend. */
+/* test-engine-cuda.c: the model on the CUDA backend against the CPU backend. */
 
 #include "config.h"
 
@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "backend_cuda.h"
@@ -25,9 +26,12 @@
  * alone move the CPU's by 5e-3).  A wrong kernel moves them by whole units.
  */
 #define LOGIT_TOL	1e-3	/* the prompt's last position */
-#define STEP_TOL	2e-2	/* any decode step, any batch */
+#define STEP_TOL	2e-2	/* any of 200 decode steps */
+#define RAGGED_TOL	5e-3	/* the short sequences of the ragged check */
 /* A cause for printing, which may be NULL. */
 #define STR(s)		((s) != NULL ? (s) : "no cause")
+/* Prompt tokens of the synthesized models' check. */
+#define SYNTH_PROMPT	24
 /* Decode steps of the ragged batch check. */
 #define RAGGED_STEPS	12
 
@@ -384,8 +388,8 @@ test_ragged(struct run *gpu, struct run *cpu, const char *doc)
 				worst = d;
 		}
 	}
-	near(worst, 0.0, STEP_TOL, "ragged batches: logits within %g of the "
-	    "cpu (max diff %.3g)", STEP_TOL, worst);
+	near(worst, 0.0, RAGGED_TOL, "ragged batches: logits within %g of the "
+	    "cpu (max diff %.3g)", RAGGED_TOL, worst);
 
 	/* kv_copy: a copy of sequence 0 continues exactly like it. */
 	if (ok(gpu->ops->kv_copy(gpu->bi, gpu->pool, &copy, gpu->bi,
@@ -417,6 +421,144 @@ out:
 	}
 	kv_seq_release(gpu->pool, &copy);
 	is_int(kv_pool_used_blocks(gpu->pool), 0, "all gpu blocks back");
+}
+
+/*
+ * A model of another weight type, made by phased-synth: a prompt and
+ * teacher-forced decode steps (both backends fed the CPU's tokens) must
+ * give logits within tol times their size, and the same argmax wherever
+ * the CPU's top two logits are further apart than that.
+ */
+static void
+synth_one(const char *synth, const char *shared, const char *tmp,
+    const char *shape, const char *type, double tol)
+{
+	struct model_opts	 o = { .n_threads = 2 };
+	struct backend_config	 cfg;
+	struct run		 gpu, cpu;
+	struct model		*m;
+	struct kv_seq		 sg, sc;
+	struct fwd_entry	 e;
+	int32_t			 prompt[SYNTH_PROMPT], t;
+	float			*lg, *lc;
+	char			 cmd[8192], out[2600], *cause = NULL;
+	double			 d, big, worst = 0.0, second;
+	int			 s, nv, dev = 0, agree = 1, good = 1, j;
+
+	/* Longer than the small-batch limit: the prompt takes the GEMM path. */
+	prompt[0] = 1;
+	for (j = 1; j < SYNTH_PROMPT; j++)
+		prompt[j] = 3 + (j * 37) % 500;
+	snprintf(out, sizeof out, "%s/synth-%s-%s.gguf", tmp, shape, type);
+	snprintf(cmd, sizeof cmd, "'%s' --shape %s --type %s --layers 2 "
+	    "--vocab '%s/models/stories260K.gguf' -o '%s' >/dev/null 2>&1",
+	    synth, shape, type, shared, out);
+	if (!ok(system(cmd) == 0, "phased-synth %s %s", shape, type))
+		return;
+	m = model_load(out, &o, NULL, NULL, &cause);
+	unlink(out);
+	if (!ok(m != NULL, "%s %s loads", shape, type)) {
+		diag("%s", STR(cause));
+		free(cause);
+		return;
+	}
+	nv = model_info(m)->n_vocab;
+	cfg.devices = &dev;
+	cfg.n_devices = 1;
+	cfg.n_threads = 0;
+	if (!ok(run_start(&gpu, &backend_cuda_ops, m, &cfg, 8) == 0,
+	    "%s %s: cuda instance", shape, type)) {
+		model_free(m);
+		return;
+	}
+	if (run_start(&cpu, &backend_cpu_ops, m, NULL, 8) != 0) {
+		run_stop(&gpu);
+		model_free(m);
+		return;
+	}
+	lg = calloc(nv, sizeof *lg);
+	lc = calloc(nv, sizeof *lc);
+	if (lg == NULL || lc == NULL)
+		abort();
+	memset(&sg, 0, sizeof sg);
+	memset(&sc, 0, sizeof sc);
+	e.tokens = prompt;
+	e.n_tokens = SYNTH_PROMPT;
+	for (s = 0; s < 9 && good; s++) {
+		e.seq = &sg;
+		e.logits = lg;
+		good &= run_batch(&gpu, &e, 1) == 0;
+		e.seq = &sc;
+		e.logits = lc;
+		good &= run_batch(&cpu, &e, 1) == 0;
+		if (!good)
+			break;
+		big = 1.0;
+		for (j = 0; j < nv; j++)
+			big = fabs(lc[j]) > big ? fabs(lc[j]) : big;
+		d = maxdiff(lg, lc, nv) / big;
+		if (!(d <= worst))
+			worst = d;
+		t = argmax(lc, nv);
+		second = -INFINITY;
+		for (j = 0; j < nv; j++) {
+			if (j != t && lc[j] > second)
+				second = lc[j];
+		}
+		if (lc[t] - second > 2 * tol * big)
+			agree &= argmax(lg, nv) == t;
+		e.tokens = &t;
+		e.n_tokens = 1;
+	}
+	ok(good, "%s %s: prompt and 8 decode steps run", shape, type);
+	near(worst, 0.0, tol, "%s %s: logits within %g of their size "
+	    "(max %.3g)", shape, type, tol, worst);
+	ok(agree, "%s %s: same argmax wherever it is clear", shape, type);
+	kv_seq_release(gpu.pool, &sg);
+	kv_seq_release(cpu.pool, &sc);
+	free(lg);
+	free(lc);
+	run_stop(&gpu);
+	run_stop(&cpu);
+	model_free(m);
+}
+
+/* Models of every weight type the kernels take, if phased-synth is built. */
+static void
+test_synth(const char *shared)
+{
+	static const struct {
+		const char	*shape, *type;
+		double		 tol;
+	} t[] = {
+		/* F16/BF16 products round the activations to the weight type. */
+		{ "stories260K", "F16", 5e-3 },
+		{ "stories260K", "BF16", 1e-2 },
+		/* The CPU's quantized products differ more (about 1e-2). */
+		{ "stories260K", "Q8_0", 3e-2 },
+		{ "stories260K", "Q4_0", 3e-2 },
+		/* Rows of 256: whole K-quant blocks. */
+		{ "tiny256", "Q4_K", 4e-2 },
+		{ "tiny256", "Q6_K", 4e-2 },
+	};
+	const char	*bdir = getenv("top_builddir");
+	char		 synth[1200], tmp[1200];
+	size_t		 i;
+
+	snprintf(synth, sizeof synth, "%s/phased-synth", bdir ? bdir : ".");
+	if (access(synth, X_OK) != 0) {
+		diag("no %s: other weight types not tested", synth);
+		return;
+	}
+	snprintf(tmp, sizeof tmp, "%s/test-engine-cuda.XXXXXX",
+	    getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (mkdtemp(tmp) == NULL) {
+		diag("mkdtemp %s failed: other weight types not tested", tmp);
+		return;
+	}
+	for (i = 0; i < sizeof t / sizeof t[0]; i++)
+		synth_one(synth, shared, tmp, t[i].shape, t[i].type, t[i].tol);
+	rmdir(tmp);
 }
 
 /* Bad calls fail with a cause and change nothing. */
@@ -509,6 +651,7 @@ main(void)
 	test_greedy(&gpu, &cpu, doc);
 	test_ragged(&gpu, &cpu, doc);
 	test_errors(m, &gpu, &cpu);
+	test_synth(shared);
 
 	run_stop(&gpu);
 	run_stop(&cpu);
