@@ -6,9 +6,6 @@
 #include <unistd.h>
 
 #include "backend.h"
-#ifdef HAVE_CUDA
-#include "backend_cuda.h"
-#endif
 #include "kvcache.h"
 #include "model.h"
 #include "threadpool.h"
@@ -118,22 +115,19 @@ const struct backend_ops backend_cpu_ops = {
 };
 
 /* Backends built into this binary; a GPU backend adds its entry here. */
-static const struct backend_ops *backends[] = {
-	&backend_cpu_ops,
-#ifdef HAVE_CUDA
-	&backend_cuda_ops,
-#endif
-};
+/*
+ * The CUDA backend lives in its own library, which programs that only need
+ * the CPU do not link: a weak reference finds it where it is linked in.
+ */
+extern const struct backend_ops backend_cuda_ops __attribute__((weak));
 
 /* The backend called name, or NULL when not built. */
 const struct backend_ops *
 backend_find(const char *name)
 {
-	size_t	i;
-
-	for (i = 0; i < sizeof backends / sizeof backends[0]; i++) {
-		if (strcmp(backends[i]->name, name) == 0)
-			return (backends[i]);
-	}
+	if (strcmp(name, backend_cpu_ops.name) == 0)
+		return (&backend_cpu_ops);
+	if (&backend_cuda_ops != NULL && strcmp(name, backend_cuda_ops.name) == 0)
+		return (&backend_cuda_ops);
 	return (NULL);
 }

@@ -91,6 +91,7 @@ chunked-prefill-auto|policy=chunked-prefill policy.tbt_target_ms=TARGET policy.m
 disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1"
 
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
+commit=$(git -C "$here" log -1 --format='%h %cd' --date=iso 2>/dev/null || true)
 t_start=$(date +%s)
 target=250
 runs=
@@ -145,7 +146,7 @@ avx512=no
 grep -q avx512f /proc/cpuinfo && avx512=yes
 python3 - "$cpu" "$avx512" "$started" "$model" "$long" "$every" "$rounds" \
     "$chat_out" "$target" "$loads" "$elapsed" "$threads" \
-    "$(git -C "$here" log -1 --format='%h %cd' --date=iso 2>/dev/null || true)" \
+    "$commit" \
     > "$work/meta.json" <<'PY'
 import json, os, sys
 (cpu, avx, date, model, long_, every, rounds, chat, target, loads, el,
@@ -158,7 +159,7 @@ Produced by `tests/bench/compare-policies.sh` on %s (%s s).
   with other work, so figures are noisy.  One-minute load average when each
   run started:%s
 - Tree: %s (plus any uncommitted changes).
-- Model: `%s` (TinyLlama-1.1B shape, Q4_0, synthesized weights), loaded
+- Model: `%s`%s, loaded
   afresh for each run with `ctx=2048 threads=%s`.
 - Workload, per run: `phasectl bench MODEL --scenario interference --chats 2
   --chat-output %s --chat-prompt-len 16 --long-prompt-len %s --long-output 4
@@ -178,7 +179,9 @@ Produced by `tests/bench/compare-policies.sh` on %s (%s s).
   draws round 1.
 
 """ % (date, el, cpu, os.cpu_count(), avx, loads.rstrip(","),
-       commit or "unknown", model, threads, chat,
+       commit or "unknown", model,
+       " (TinyLlama-1.1B shape, Q4_0, synthesized weights)"
+       if "tinyllama" in model else "", threads, chat,
        long_, every, chat, long_, every, rounds, target)
 print(json.dumps({"header": head,
                   "title": "chat token timelines, one %s-token prompt (round 1)" % long_}))

@@ -100,6 +100,25 @@ def table(runs):
     return "\n".join(out) + "\n"
 
 
+def rounds_table(runs):
+    """One row per run, from the --json reports, to show the spread."""
+    out = ["| policy | round | chat TBT p50 (ms) | chat TBT max (ms) "
+           "| chat stream gap max (ms) | chat TTFT max (ms) | long TTFT (ms) |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for label, rounds in runs:
+        for n, (rep, _) in enumerate(rounds, 1):
+            i = rep.get("interference", {})
+
+            def g(name, key):
+                st = i.get(name)
+                return st[key] if st and st.get("n") else None
+            out.append("| %s | %d | %s | %s | %s | %s | %s |" % (
+                label, n, fmt(g("chat_tbt", "p50")), fmt(g("chat_tbt", "max")),
+                fmt(g("chat_stream_gap", "max")), fmt(g("chat_ttft", "max")),
+                fmt(g("long_ttft", "max"))))
+    return "\n".join(out) + "\n"
+
+
 def svg(runs, title):
     """One SVG: a block per policy (its first round), lanes per chat stream
     and the long prompts."""
@@ -223,6 +242,8 @@ def main(argv):
     with open(md, "w") as f:
         f.write(m.get("header", ""))
         f.write(table(runs))
+        f.write("\nEach run:\n\n")
+        f.write(rounds_table(runs))
         f.write(m.get("footer", ""))
 
 
