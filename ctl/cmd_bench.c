@@ -718,10 +718,18 @@ b_read(struct bench *b, struct b_req *r)
 		r->d_prompt_ms = t->prompt_ms;
 		r->d_ttft_ms = t->ttft_ms;
 		r->d_e2e_ms = t->e2e_ms;
-		b_finish(b, r, resp->done->finish_reason, resp->done->error, 1);
+		if (strcmp(resp->done->finish_reason, "error") == 0) {
+			snprintf(err, sizeof err, "generation failed: %s",
+			    resp->done->error != NULL ? resp->done->error :
+			    "no reason given");
+			b_finish(b, r, "error", err, 1);
+		} else
+			b_finish(b, r, resp->done->finish_reason, NULL, 1);
 		break;
 	case PHASED__RESPONSE__BODY_ERROR:
-		b_finish(b, r, "error", resp->error->message, 1);
+		snprintf(err, sizeof err, "daemon error (%s): %s",
+		    phased_error_name(resp->error->code), resp->error->message);
+		b_finish(b, r, "error", err, 1);
 		break;
 	default:
 		b_finish(b, r, "error", "unexpected reply", 0);

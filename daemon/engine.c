@@ -939,6 +939,7 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
     int *code, char **cause)
 {
 	struct ereq	*r;
+	uint64_t	 id;
 	uint32_t	 i;
 	int		 j;
 	char		*why = NULL;
@@ -1007,13 +1008,14 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 		    "%u)", e->conf.max_waiting, e->conf.max_waiting);
 		return (0);
 	}
-	r->id = e->next_id++;
+	/* Once unlocked, r may be finished and freed by a group loop. */
+	id = r->id = e->next_id++;
 	TAILQ_INSERT_TAIL(&e->reqs, r, entry);
 	e->n_reqs++;
 	e->n_waiting++;
 	pthread_cond_broadcast(&e->cv);
 	eunlock(e);
-	return (r->id);
+	return (id);
 }
 
 /* Ask for a request to stop; its EV_DONE says "cancelled". */
