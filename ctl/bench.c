@@ -22,6 +22,7 @@
 #include "gguf.h"
 #include "kvcache.h"
 #include "model.h"
+#include "quant.h"
 #include "util.h"
 
 #define PB_MAX_LIST	16
@@ -30,7 +31,7 @@
 
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-r REPS] [-t THREADS]\n"
-    "\t[--bw GBPS] [--json]";
+    "\t[--bw GBPS] [--bf16] [--json]";
 
 struct pb_opts {
 	const char	*model;
@@ -43,6 +44,7 @@ struct pb_opts {
 	int		 threads;
 	double		 bw_gbps;
 	int		 json;
+	int		 bf16;		/* bf16 dot products for F16/BF16 weights */
 };
 
 /* One test's samples and summary, in tokens/s. */
@@ -126,6 +128,10 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 		a = argv[i];
 		if (strcmp(a, "--json") == 0) {
 			o->json = 1;
+			continue;
+		}
+		if (strcmp(a, "--bf16") == 0) {
+			o->bf16 = 1;
 			continue;
 		}
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -387,6 +393,11 @@ main(int argc, char **argv)
 	mo.ctx = ctx;
 	if ((p.be = backend_find("cpu")) == NULL)
 		pb_die("no cpu backend");
+	if (o.bf16) {
+		if (!quant_bf16_dot_supported())
+			pb_die("--bf16: this CPU has no bf16 dot products");
+		quant_allow_bf16_dot(1);
+	}
 	if ((p.m = model_load(o.model, &mo, NULL, NULL, &cause)) == NULL)
 		pb_die("%s: %s", o.model, cause);
 	memset(&cfg, 0, sizeof cfg);
