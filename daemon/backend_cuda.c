@@ -503,70 +503,19 @@ pool_v(const struct cuda_pool *cp, uint32_t layer)
 	return (cp->kv + ((size_t)2 * layer + 1) * cp->cache_elems);
 }
 
-/* Check a batch as model_forward does: nothing is run on a bad one. */
+/* Check a batch as model_forward does and count the rows wanting logits. */
 static int
 check_batch(const struct model_info *mi, const struct kv_pool *pool,
     const struct fwd_batch *b, int *total, int *n_out, char **cause)
 {
-	const struct fwd_entry	*e;
-	uint64_t		 T = 0, need;
-	int			 n, k, i;
+	int	n;
 
-	if (b->n_seqs < 0 || (b->n_seqs > 0 && b->entries == NULL)) {
-		set_cause(cause, "batch of %d entries is malformed", b->n_seqs);
+	if (model_batch_check(mi, pool, b, total, cause) != 0)
 		return (-1);
-	}
 	*n_out = 0;
-	for (n = 0; n < b->n_seqs; n++) {
-		e = &b->entries[n];
-		if (e->seq == NULL || e->tokens == NULL) {
-			set_cause(cause, "batch entry %d has no %s", n,
-			    e->seq == NULL ? "sequence" : "tokens");
-			return (-1);
-		}
-		if (e->n_tokens < 1) {
-			set_cause(cause, "batch entry %d has %d tokens", n,
-			    e->n_tokens);
-			return (-1);
-		}
-		T += e->n_tokens;
-		if (T > MODEL_MAX_BATCH_TOKENS) {
-			set_cause(cause, "batch of more than %d tokens",
-			    MODEL_MAX_BATCH_TOKENS);
-			return (-1);
-		}
-		for (i = 0; i < e->n_tokens; i++) {
-			if (e->tokens[i] < 0 ||
-			    (uint32_t)e->tokens[i] >= mi->n_vocab) {
-				set_cause(cause, "batch entry %d: token %d out "
-				    "of range 0..%u", n, (int)e->tokens[i],
-				    mi->n_vocab - 1);
-				return (-1);
-			}
-		}
-		need = (uint64_t)e->seq->n_tokens + e->n_tokens;
-		if (need > mi->n_ctx) {
-			set_cause(cause, "batch entry %d: %" PRIu64 " positions "
-			    "exceed the context of %u", n, need, mi->n_ctx);
-			return (-1);
-		}
-		if (need > kv_seq_capacity(pool, e->seq)) {
-			set_cause(cause, "batch entry %d: sequence has kv blocks "
-			    "for %" PRIu64 " tokens, needs %" PRIu64, n,
-			    kv_seq_capacity(pool, e->seq), need);
-			return (-1);
-		}
-		for (k = 0; k < n; k++) {
-			if (b->entries[k].seq == e->seq) {
-				set_cause(cause, "batch entries %d and %d share "
-				    "a sequence", k, n);
-				return (-1);
-			}
-		}
-		if (e->logits != NULL)
+	for (n = 0; n < b->n_seqs; n++)
+		if (b->entries[n].logits != NULL)
 			(*n_out)++;
-	}
-	*total = (int)T;
 	return (0);
 }
 

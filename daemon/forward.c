@@ -438,11 +438,10 @@ kv_store(struct fwd_ctx *c, const float *k, const float *v)
 }
 
 /* Check a batch against the model, the pool and the sequences' pages. */
-static int
-check_batch(const struct model *m, const struct kv_pool *pool,
+int
+model_batch_check(const struct model_info *mi, const struct kv_pool *pool,
     const struct fwd_batch *b, int *total, char **cause)
 {
-	const struct model_info	*mi = &m->info;
 	const struct kv_layout	*l = &pool->layout;
 	const struct fwd_entry	*e;
 	uint64_t		 T = 0, need;
@@ -548,7 +547,7 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	uint32_t		 layer;
 	double			 ang;
 
-	if (check_batch(m, pool, b, &T, cause) != 0)
+	if (model_batch_check(&m->info, pool, b, &T, cause) != 0)
 		return (-1);
 	if (b->n_seqs == 0)
 		return (0);

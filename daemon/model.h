@@ -107,6 +107,15 @@ int		 model_forward(const struct model *, struct kv_pool *,
 		    struct fwd_batch *, struct threadpool *tp, char **cause);
 
 /*
+ * Check a batch as model_forward() does before running anything: entries,
+ * token ids, context, reserved blocks, no sequence twice, a pool laid out
+ * for the model; *total gets the batch's token count.  Backends share it.
+ */
+int		 model_batch_check(const struct model_info *,
+		    const struct kv_pool *, const struct fwd_batch *, int *total,
+		    char **cause);
+
+/*
  * Internals shared by model.c and forward.c.
  */
 struct model_layer {

@@ -10,24 +10,7 @@
 #include "tensor_type.h"
 #include "util.h"
 #include "tap.h"
-
-/* The shared test data: $PHASED_SHARED, else $top_srcdir/../shared. */
-static const char *
-shared_dir(void)
-{
-	static char	*dir;
-	const char	*top;
-
-	if (dir != NULL)
-		return (dir);
-	if ((top = getenv("PHASED_SHARED")) != NULL)
-		dir = xstrdup(top);
-	else if ((top = getenv("top_srcdir")) != NULL)
-		xasprintf(&dir, "%s/../shared", top);
-	else
-		dir = xstrdup("../shared");
-	return (dir);
-}
+#include "testdata.h"
 
 static const char *shared;
 

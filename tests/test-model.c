@@ -16,6 +16,7 @@
 #include "kvcache.h"
 #include "model.h"
 #include "tap.h"
+#include "testdata.h"
 #include "threadpool.h"
 #include "tokenizer.h"
 
@@ -26,64 +27,6 @@
 
 static char	 shared[1024];
 static char	 tmpdir[1024];
-
-/* Read a whole file into a NUL-terminated buffer. */
-static char *
-slurp(const char *path, size_t *len)
-{
-	FILE	*f;
-	char	*buf;
-	long	 n;
-
-	if ((f = fopen(path, "rb")) == NULL)
-		return (NULL);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc(n + 1);
-	if (fread(buf, 1, n, f) != (size_t)n) {
-		fclose(f);
-		free(buf);
-		return (NULL);
-	}
-	fclose(f);
-	buf[n] = '\0';
-	if (len != NULL)
-		*len = n;
-	return (buf);
-}
-
-/* The numbers of the JSON array under "key" (a flat array of numbers). */
-static int
-json_numbers(const char *doc, const char *key, double *out, int max)
-{
-	char		 pat[128];
-	const char	*p;
-	char		*end;
-	int		 n = 0;
-
-	snprintf(pat, sizeof pat, "\"%s\"", key);
-	if ((p = strstr(doc, pat)) == NULL)
-		return (-1);
-	p += strlen(pat);
-	while (*p == ' ' || *p == ':' || *p == '\n' || *p == '\t')
-		p++;
-	if (*p++ != '[')
-		return (-1);
-	for (;;) {
-		while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' ||
-		    *p == '\r')
-			p++;
-		if (*p == ']')
-			return (n);
-		if (n == max)
-			return (-1);
-		out[n++] = strtod(p, &end);
-		if (end == p)
-			return (-1);
-		p = end;
-	}
-}
 
 /* Index of the highest logit, ties to the lowest id. */
 static int32_t
@@ -845,15 +788,10 @@ test_synth(struct threadpool *tp)
 int
 main(void)
 {
-	const char		*env = getenv("PHASED_SHARED");
-	const char		*top = getenv("top_srcdir");
 	struct threadpool	*tp;
 	char			 path[1200], *doc, *cause = NULL;
 
-	if (env != NULL)
-		snprintf(shared, sizeof shared, "%s", env);
-	else
-		snprintf(shared, sizeof shared, "%s/../shared", top ? top : "..");
+	snprintf(shared, sizeof shared, "%s", shared_dir());
 	snprintf(path, sizeof path, "%s/golden/stories260K-once-upon-a-time.json",
 	    shared);
 	if ((doc = slurp(path, NULL)) == NULL)

@@ -15,6 +15,7 @@
 #include "kvcache.h"
 #include "model.h"
 #include "../tap.h"
+#include "../testdata.h"
 
 #define N_GREEDY	200
 #define MAXV		512
@@ -41,63 +42,6 @@ struct run {
 	struct backend_inst	*bi;
 	struct kv_pool		*pool;
 };
-
-/* Read a whole file into a NUL-terminated buffer. */
-static char *
-slurp(const char *path)
-{
-	FILE	*f;
-	char	*buf;
-	long	 n;
-
-	if ((f = fopen(path, "rb")) == NULL)
-		return (NULL);
-	if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||
-	    fseek(f, 0, SEEK_SET) != 0 || (buf = malloc(n + 1)) == NULL) {
-		fclose(f);
-		return (NULL);
-	}
-	if (fread(buf, 1, n, f) != (size_t)n) {
-		fclose(f);
-		free(buf);
-		return (NULL);
-	}
-	fclose(f);
-	buf[n] = '\0';
-	return (buf);
-}
-
-/* The numbers of the JSON array under "key" (a flat array of numbers). */
-static int
-json_numbers(const char *doc, const char *key, double *out, int max)
-{
-	char		 pat[128];
-	const char	*p;
-	char		*end;
-	int		 n = 0;
-
-	snprintf(pat, sizeof pat, "\"%s\"", key);
-	if ((p = strstr(doc, pat)) == NULL)
-		return (-1);
-	p += strlen(pat);
-	while (*p == ' ' || *p == ':' || *p == '\n' || *p == '\t')
-		p++;
-	if (*p++ != '[')
-		return (-1);
-	for (;;) {
-		while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' ||
-		    *p == '\r')
-			p++;
-		if (*p == ']')
-			return (n);
-		if (n == max)
-			return (-1);
-		out[n++] = strtod(p, &end);
-		if (end == p)
-			return (-1);
-		p = end;
-	}
-}
 
 /* Index of the highest logit, ties to the lowest id. */
 static int32_t
@@ -606,8 +550,6 @@ test_errors(const struct model *m, struct run *gpu, struct run *cpu)
 int
 main(void)
 {
-	const char		*env = getenv("PHASED_SHARED");
-	const char		*top = getenv("top_srcdir");
 	struct model_opts	 o;
 	struct model		*m;
 	struct run		 gpu, cpu;
@@ -617,13 +559,10 @@ main(void)
 
 	if (cuda_device_count() < 1)
 		skip_all("no CUDA device");
-	if (env != NULL)
-		snprintf(shared, sizeof shared, "%s", env);
-	else
-		snprintf(shared, sizeof shared, "%s/../shared", top ? top : "..");
+	snprintf(shared, sizeof shared, "%s", shared_dir());
 	snprintf(path, sizeof path, "%s/golden/stories260K-once-upon-a-time.json",
 	    shared);
-	if ((doc = slurp(path)) == NULL)
+	if ((doc = slurp(path, NULL)) == NULL)
 		skip_all("no %s", path);
 
 	memset(&o, 0, sizeof o);
