@@ -292,6 +292,16 @@ apply_line(struct config_line *l, struct phased_config *c, char **cause)
 		if (set_u32(l, &u, 0, 1024, 0, cause) != 0)
 			return (-1);
 		c->threads = (int)u;
+	} else if (strcmp(k, "bf16-dot") == 0) {
+		if (strcmp(l->words[1], "yes") == 0)
+			c->bf16_dot = 1;
+		else if (strcmp(l->words[1], "no") == 0)
+			c->bf16_dot = 0;
+		else {
+			set_cause(cause, "%s:%d: bf16-dot '%s' is not yes or no",
+			    l->file, l->line, l->words[1]);
+			return (-1);
+		}
 	} else if (strcmp(k, "max-output-buffer") == 0) {
 		if (parse_size(l->words[1], &v, &why) != 0) {
 			set_cause(cause, "%s:%d: %s", l->file, l->line, why);

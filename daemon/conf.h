@@ -31,6 +31,7 @@ struct phased_config {
 	uint64_t	 max_output;	/* queued reply bytes per connection */
 	uint32_t	 max_waiting;	/* waiting queue per model */
 	int		 threads;	/* default threads per model, 0 = cores */
+	int		 bf16_dot;	/* F16/BF16 weights may use bf16 dot products */
 	char		*default_policy;
 	struct config_model *models;
 	int		 n_models;

@@ -17,6 +17,7 @@
 #include <event2/thread.h>
 
 #include "conn.h"
+#include "quant.h"
 #include "log.h"
 #include "phased.h"
 #include "instance.h"
@@ -50,6 +51,19 @@ load_config(struct daemon *d, struct phased_config *conf, char **cause)
 		conf->socket = xstrdup(d->socket_override);
 	}
 	return (0);
+}
+
+/* Set how models loaded from now on compute with F16 and BF16 weights. */
+static void
+apply_math(const struct phased_config *conf)
+{
+	if (conf->bf16_dot && !quant_bf16_dot_supported()) {
+		log_warnx("bf16-dot: this CPU has no bf16 dot products; "
+		    "computing exactly");
+		quant_allow_bf16_dot(0);
+		return;
+	}
+	quant_allow_bf16_dot(conf->bf16_dot);
 }
 
 /* Check the options of every model line, as -n promises. */
@@ -90,6 +104,7 @@ daemon_reload(char **cause)
 	config_free(&phased->conf);
 	phased->conf = conf;
 	log_setverbose(phased->verbose);
+	apply_math(&phased->conf);
 	/* Models newly listed in the file are loaded now. */
 	instance_load_configured();
 	log_info("configuration reloaded");
@@ -263,6 +278,7 @@ main(int argc, char **argv)
 			fatalx("cannot watch signal %d", sigs[i]);
 	}
 	mailbox_init(d.base);
+	apply_math(&d.conf);
 	control_start(&d);
 	instance_load_configured();
 	log_info("phased %s listening on %s (pid %ld)", PACKAGE_VERSION,
