@@ -630,7 +630,6 @@ instance_infos(struct inst_infos *ii)
 	size_t				 n = 0, ng = 0, k;
 	int				 i;
 	static const char *const roles[] = { "mixed", "prefill", "decode" };
-	static char			 policies[64][64];
 
 	memset(ii, 0, sizeof *ii);
 	TAILQ_FOREACH(in, &instances, entry)
@@ -641,6 +640,9 @@ instance_infos(struct inst_infos *ii)
 	ii->infos = xcalloc(n, sizeof *ii->infos);
 	ii->group_ptrs = xcalloc(n * ENGINE_MAX_GROUPS, sizeof *ii->group_ptrs);
 	ii->groups = xcalloc(n * ENGINE_MAX_GROUPS, sizeof *ii->groups);
+	ii->policies = xcalloc(n, sizeof *ii->policies);
+	ii->group_names = xcalloc(n * ENGINE_MAX_GROUPS,
+	    sizeof *ii->group_names);
 	k = 0;
 	TAILQ_FOREACH(in, &instances, entry) {
 		m = &ii->infos[k];
@@ -665,9 +667,9 @@ instance_infos(struct inst_infos *ii)
 		if (in->engine != NULL) {
 			engine_counts(in->engine, &ec);
 			engine_policy_info(in->engine, &pi);
-			snprintf(policies[k % 64], sizeof policies[0], "%s",
+			snprintf(ii->policies[k], sizeof ii->policies[k], "%s",
 			    pi.name);
-			m->policy = policies[k % 64];
+			m->policy = ii->policies[k];
 			m->has_requests_running = m->has_requests_waiting = 1;
 			m->requests_running = ec.running;
 			m->requests_waiting = ec.waiting;
@@ -678,11 +680,10 @@ instance_infos(struct inst_infos *ii)
 			for (i = 0; i < ec.n_groups; i++) {
 				g = &ii->groups[ng];
 				phased__device_group__init(g);
-				ii->group_ptrs[ng++] = g;
-				g->name = (char *)(i == 0 ? "g0" : i == 1 ?
-				    "g1" : i == 2 ? "g2" : i == 3 ? "g3" :
-				    i == 4 ? "g4" : i == 5 ? "g5" : i == 6 ?
-				    "g6" : "g7");
+				ii->group_ptrs[ng] = g;
+				snprintf(ii->group_names[ng], sizeof
+				    ii->group_names[ng], "g%d", i);
+				g->name = ii->group_names[ng++];
 				g->role = (char *)roles[ec.roles[i]];
 				g->devices = (char *)ec.devices[i];
 				g->has_memory_bytes = 1;
@@ -708,5 +709,7 @@ instance_infos_free(struct inst_infos *ii)
 	free(ii->infos);
 	free(ii->group_ptrs);
 	free(ii->groups);
+	free(ii->policies);
+	free(ii->group_names);
 	memset(ii, 0, sizeof *ii);
 }

@@ -88,6 +88,8 @@ struct inst_infos {
 	Phased__ModelInfo	 *infos;
 	Phased__DeviceGroup	**group_ptrs;
 	Phased__DeviceGroup	 *groups;
+	char			(*policies)[64];	/* per model */
+	char			(*group_names)[8];	/* per group */
 	size_t			  n;
 };
 /* Fill infos for every instance. */
