@@ -234,18 +234,6 @@ fail:
 	return (-1);
 }
 
-/* Parse one number, exiting with a usage error. */
-static double
-b_num(const char *opt, const char *v, double min, double max)
-{
-	double	 d;
-	char	*cause = NULL;
-
-	if (parse_float(v, min, max, &d, opt, &cause) != 0)
-		exit(ctl_fail(CTL_EUSAGE, "%s", cause));
-	return (d);
-}
-
 /* Parse the command line into o; -1 after printing a usage error. */
 static int
 b_parse(int argc, char **argv, struct b_opts *o)
@@ -292,19 +280,19 @@ b_parse(int argc, char **argv, struct b_opts *o)
 		}
 		v = argv[++i];
 		if (strcmp(a, "--rate") == 0) {
-			o->rate = b_num(a, v, 1e-6, 1e6);
+			o->rate = ctl_num(a, v, 1e-6, 1e6);
 			have_rate = 1;
 		} else if (strcmp(a, "--burstiness") == 0) {
-			o->burstiness = b_num(a, v, 1e-3, 1e3);
+			o->burstiness = ctl_num(a, v, 1e-3, 1e3);
 			have_burst = 1;
 		} else if (strcmp(a, "--concurrency") == 0) {
-			o->concurrency = (uint32_t)b_num(a, v, 1,
+			o->concurrency = (uint32_t)ctl_num(a, v, 1,
 			    B_MAX_INFLIGHT);
 			have_conc = 1;
 		} else if (strcmp(a, "--requests") == 0)
-			o->requests = (uint32_t)b_num(a, v, 1, 1e7);
+			o->requests = (uint32_t)ctl_num(a, v, 1, 1e7);
 		else if (strcmp(a, "--duration") == 0)
-			o->duration = b_num(a, v, 0.001, 1e6);
+			o->duration = ctl_num(a, v, 0.001, 1e6);
 		else if (strcmp(a, "--prompt-len") == 0) {
 			if (b_parse_range(a, v, 1, &o->prompt_len) != 0)
 				return (-1);
@@ -314,11 +302,11 @@ b_parse(int argc, char **argv, struct b_opts *o)
 		} else if (strcmp(a, "--lengths-file") == 0)
 			o->lengths_file = v;
 		else if (strcmp(a, "--seed") == 0)
-			o->seed = (uint64_t)b_num(a, v, 0, 9e15);
+			o->seed = (uint64_t)ctl_num(a, v, 0, 9e15);
 		else if (strcmp(a, "--slo-ttft-ms") == 0)
-			o->slo_ttft_ms = b_num(a, v, 0.001, 1e9);
+			o->slo_ttft_ms = ctl_num(a, v, 0.001, 1e9);
 		else if (strcmp(a, "--slo-tbt-ms") == 0)
-			o->slo_tbt_ms = b_num(a, v, 0.001, 1e9);
+			o->slo_tbt_ms = ctl_num(a, v, 0.001, 1e9);
 		else if (strcmp(a, "--model-file") == 0)
 			o->model_file = v;
 		else if (strcmp(a, "--timeline") == 0)
@@ -331,21 +319,21 @@ b_parse(int argc, char **argv, struct b_opts *o)
 			}
 			o->mode = BM_INTERFERENCE;
 		} else if (strcmp(a, "--chats") == 0)
-			o->chats = (uint32_t)b_num(a, v, 0, 256);
+			o->chats = (uint32_t)ctl_num(a, v, 0, 256);
 		else if (strcmp(a, "--chat-output") == 0)
-			o->chat_output = (uint32_t)b_num(a, v, 2, B_MAX_TOKENS);
+			o->chat_output = (uint32_t)ctl_num(a, v, 2, B_MAX_TOKENS);
 		else if (strcmp(a, "--chat-prompt-len") == 0)
-			o->chat_prompt_len = (uint32_t)b_num(a, v, 1,
+			o->chat_prompt_len = (uint32_t)ctl_num(a, v, 1,
 			    B_MAX_TOKENS);
 		else if (strcmp(a, "--long-prompt-len") == 0)
-			o->long_prompt_len = (uint32_t)b_num(a, v, 1,
+			o->long_prompt_len = (uint32_t)ctl_num(a, v, 1,
 			    B_MAX_TOKENS);
 		else if (strcmp(a, "--long-output") == 0)
-			o->long_output = (uint32_t)b_num(a, v, 1, B_MAX_TOKENS);
+			o->long_output = (uint32_t)ctl_num(a, v, 1, B_MAX_TOKENS);
 		else if (strcmp(a, "--long-every") == 0)
-			o->long_every = b_num(a, v, 0.001, 1e6);
+			o->long_every = ctl_num(a, v, 0.001, 1e6);
 		else if (strcmp(a, "--long-count") == 0)
-			o->long_count = (uint32_t)b_num(a, v, 0, 1e6);
+			o->long_count = (uint32_t)ctl_num(a, v, 0, 1e6);
 		else {
 			ctl_fail(CTL_EUSAGE, "unknown option %s\n%s", a,
 			    B_USAGE);

@@ -37,18 +37,6 @@ print_done_json(const Phased__Done *d)
 	    t->tpot_ms, t->tbt_max_ms, t->preemptions);
 }
 
-/* Parse one numeric option, exiting with a usage error. */
-static double
-num_arg(const char *opt, const char *v, double min, double max)
-{
-	double	 d;
-	char	*cause = NULL;
-
-	if (parse_float(v, min, max, &d, opt, &cause) != 0)
-		exit(ctl_fail(CTL_EUSAGE, "%s", cause));
-	return (d);
-}
-
 /* phasectl generate NAME [options] PROMPT */
 static int
 cmd_generate(struct ctl *ctl, int argc, char **argv)
@@ -81,30 +69,30 @@ cmd_generate(struct ctl *ctl, int argc, char **argv)
 			    gen_usage));
 		if (strcmp(o, "--max-tokens") == 0) {
 			gr.has_max_tokens = 1;
-			gr.max_tokens = (uint32_t)num_arg(o, argv[++i], 1,
+			gr.max_tokens = (uint32_t)ctl_num(o, argv[++i], 1,
 			    1 << 24);
 		} else if (strcmp(o, "--temp") == 0) {
 			gr.has_temperature = 1;
-			gr.temperature = (float)num_arg(o, argv[++i], 0, 100);
+			gr.temperature = (float)ctl_num(o, argv[++i], 0, 100);
 		} else if (strcmp(o, "--top-k") == 0) {
 			gr.has_top_k = 1;
-			gr.top_k = (uint32_t)num_arg(o, argv[++i], 0, 1 << 24);
+			gr.top_k = (uint32_t)ctl_num(o, argv[++i], 0, 1 << 24);
 		} else if (strcmp(o, "--top-p") == 0) {
 			gr.has_top_p = 1;
-			gr.top_p = (float)num_arg(o, argv[++i], 0, 1);
+			gr.top_p = (float)ctl_num(o, argv[++i], 0, 1);
 		} else if (strcmp(o, "--min-p") == 0) {
 			gr.has_min_p = 1;
-			gr.min_p = (float)num_arg(o, argv[++i], 0, 1);
+			gr.min_p = (float)ctl_num(o, argv[++i], 0, 1);
 		} else if (strcmp(o, "--repeat-penalty") == 0) {
 			gr.has_repeat_penalty = 1;
-			gr.repeat_penalty = (float)num_arg(o, argv[++i], 0.01,
+			gr.repeat_penalty = (float)ctl_num(o, argv[++i], 0.01,
 			    100);
 		} else if (strcmp(o, "--seed") == 0) {
 			gr.has_seed = 1;
-			gr.seed = (uint64_t)num_arg(o, argv[++i], 0, 9e15);
+			gr.seed = (uint64_t)ctl_num(o, argv[++i], 0, 9e15);
 		} else if (strcmp(o, "--deadline-ms") == 0) {
 			gr.has_deadline_ms = 1;
-			gr.deadline_ms = (uint32_t)num_arg(o, argv[++i], 1,
+			gr.deadline_ms = (uint32_t)ctl_num(o, argv[++i], 1,
 			    86400000);
 		} else if (strcmp(o, "--stop") == 0) {
 			if (n_stops == GEN_MAX_STOPS)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "phasectl.h"
+#include "util.h"
 
 static const struct ctl_cmd *const commands[] = {
 	&ctl_status_cmd,
@@ -58,6 +59,18 @@ ctl_fail(int status, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "\n");
 	return (status);
+}
+
+/* Parse a numeric option within [min, max], exiting with a usage error. */
+double
+ctl_num(const char *opt, const char *v, double min, double max)
+{
+	double	 d;
+	char	*cause = NULL;
+
+	if (parse_float(v, min, max, &d, opt, &cause) != 0)
+		exit(ctl_fail(CTL_EUSAGE, "%s", cause));
+	return (d);
 }
 
 /* Connect and say hello on first use; exits with CTL_EUSAGE on failure. */
