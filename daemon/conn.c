@@ -172,6 +172,7 @@ conn_reap_cb(evutil_socket_t fd, short ev, void *arg)
 	TAILQ_FOREACH(c, &phased->conns, entry) {
 		if (c->serial == serial) {
 			conn_free(c, c->dropped ? "dropped by daemon" :
+			    c->close_why != NULL ? c->close_why :
 			    "closed by daemon");
 			return;
 		}
@@ -418,6 +419,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 		return;
 	}
 	/* The client may have only shut down its side: answer, then close. */
+	c->close_why = "client closed the connection";
 	conn_close_after_flush(c);
 }
 

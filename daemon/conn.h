@@ -25,6 +25,7 @@ struct conn {
 	int			 admin;
 	int			 closing;	/* close once the output drains */
 	int			 dropped;	/* being torn down, send nothing */
+	const char		*close_why;	/* logged when it is freed */
 	int			 paused;	/* input processing held back */
 	struct stream_list	 streams;
 	uint32_t		 n_streams;
