@@ -14,72 +14,26 @@
 #include "tensor_type.h"
 #include "util.h"
 #include "tap.h"
+#include "ggufraw.h"
 #include "testdata.h"
 
 /* A growing byte buffer to assemble files in. */
-struct buf {
-	uint8_t	*p;
-	size_t	 len;
-	size_t	 cap;
-};
-
-/* Append raw bytes. */
-static void
-put(struct buf *b, const void *p, size_t n)
-{
-	if (b->len + n > b->cap) {
-		b->cap = (b->len + n) * 2 + 64;
-		b->p = xreallocarray(b->p, b->cap, 1);
-	}
-	memcpy(b->p + b->len, p, n);
-	b->len += n;
-}
-
-/* Append one byte. */
-static void
-put_u8(struct buf *b, uint8_t v)
-{
-	put(b, &v, 1);
-}
-
-/* Append a little-endian uint32. */
-static void
-put_u32(struct buf *b, uint32_t v)
-{
-	put(b, &v, 4);
-}
-
-/* Append a little-endian uint64. */
-static void
-put_u64(struct buf *b, uint64_t v)
-{
-	put(b, &v, 8);
-}
-
-/* Append a length-prefixed string. */
-static void
-put_str(struct buf *b, const char *s)
-{
-	put_u64(b, strlen(s));
-	put(b, s, strlen(s));
-}
-
 /* Append a kv holding a string. */
 static void
-kv_str(struct buf *b, const char *key, const char *val)
+kv_str(struct rawbuf *b, const char *key, const char *val)
 {
-	put_str(b, key);
-	put_u32(b, GGUF_VT_STRING);
-	put_str(b, val);
+	raw_str(b, key);
+	raw_u32(b, GGUF_VT_STRING);
+	raw_str(b, val);
 }
 
 /* Append a kv holding a uint32. */
 static void
-kv_u32(struct buf *b, const char *key, uint32_t v)
+kv_u32(struct rawbuf *b, const char *key, uint32_t v)
 {
-	put_str(b, key);
-	put_u32(b, GGUF_VT_UINT32);
-	put_u32(b, v);
+	raw_str(b, key);
+	raw_u32(b, GGUF_VT_UINT32);
+	raw_u32(b, v);
 }
 
 /* One tensor of the test file. */
@@ -105,7 +59,7 @@ struct fspec {
 	int		 alignment_key;	/* write general.alignment */
 	uint32_t	 alignment;
 	uint32_t	 alignment_type;
-	void		(*extra_kv)(struct buf *);
+	void		(*extra_kv)(struct rawbuf *);
 	int		 n_extra;
 	int		 nt;
 	struct tdesc	 t[4];
@@ -150,63 +104,63 @@ tdesc_bytes(const struct tdesc *t)
 
 /* Assemble the file a spec describes. */
 static void
-build(const struct fspec *s, struct buf *b)
+build(const struct fspec *s, struct rawbuf *b)
 {
 	uint64_t	data = 0, end;
 	uint32_t	d;
 	int		i, n_kv;
 
 	memset(b, 0, sizeof *b);
-	put(b, s->magic, 4);
-	put_u32(b, s->version);
+	raw_put(b, s->magic, 4);
+	raw_u32(b, s->version);
 	n_kv = 3 + (s->alignment_key ? 1 : 0) + s->n_extra;
-	put_u64(b, s->set_counts ? s->n_tensors : (uint64_t)s->nt);
-	put_u64(b, s->set_counts ? s->n_kv : (uint64_t)n_kv);
+	raw_u64(b, s->set_counts ? s->n_tensors : (uint64_t)s->nt);
+	raw_u64(b, s->set_counts ? s->n_kv : (uint64_t)n_kv);
 
 	kv_str(b, "general.architecture", "llama");
 	if (s->alignment_key) {
-		put_str(b, "general.alignment");
-		put_u32(b, s->alignment_type);
+		raw_str(b, "general.alignment");
+		raw_u32(b, s->alignment_type);
 		if (s->alignment_type == GGUF_VT_UINT64)
-			put_u64(b, s->alignment);
+			raw_u64(b, s->alignment);
 		else
-			put_u32(b, s->alignment);
+			raw_u32(b, s->alignment);
 	}
 	/* An int32 array and a string array. */
-	put_str(b, "test.ints");
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u32(b, GGUF_VT_INT32);
-	put_u64(b, 3);
-	put_u32(b, 1);
-	put_u32(b, (uint32_t)-2);
-	put_u32(b, 3);
-	put_str(b, "test.strs");
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u32(b, GGUF_VT_STRING);
-	put_u64(b, 2);
-	put_str(b, "x");
-	put_str(b, "yz");
+	raw_str(b, "test.ints");
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u32(b, GGUF_VT_INT32);
+	raw_u64(b, 3);
+	raw_u32(b, 1);
+	raw_u32(b, (uint32_t)-2);
+	raw_u32(b, 3);
+	raw_str(b, "test.strs");
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u32(b, GGUF_VT_STRING);
+	raw_u64(b, 2);
+	raw_str(b, "x");
+	raw_str(b, "yz");
 	if (s->extra_kv != NULL)
 		s->extra_kv(b);
 
 	for (i = 0; i < s->nt; i++) {
-		put_str(b, s->t[i].name);
-		put_u32(b, s->t[i].n_dims);
+		raw_str(b, s->t[i].name);
+		raw_u32(b, s->t[i].n_dims);
 		for (d = 0; d < s->t[i].n_dims && d < 5; d++)
-			put_u64(b, s->t[i].ne[d]);
-		put_u32(b, s->t[i].type);
-		put_u64(b, s->t[i].offset);
+			raw_u64(b, s->t[i].ne[d]);
+		raw_u32(b, s->t[i].type);
+		raw_u64(b, s->t[i].offset);
 		end = s->t[i].offset + tdesc_bytes(&s->t[i]);
 		if (end > data && end < (1ULL << 32))
 			data = end;
 	}
 	if (!s->no_pad) {
 		while (b->len % 32 != 0)
-			put_u8(b, 0);
+			raw_u8(b, 0);
 	}
 	data += s->data_delta;
 	for (end = 0; end < data; end++)
-		put_u8(b, (uint8_t)(end * 7));
+		raw_u8(b, (uint8_t)(end * 7));
 }
 
 /*
@@ -237,7 +191,7 @@ static void
 expect_fail(const char *name, const struct fspec *s, const char *want)
 {
 	struct gguf_file	*gf;
-	struct buf		 b;
+	struct rawbuf		 b;
 	char			*cause = NULL;
 
 	build(s, &b);
@@ -254,7 +208,7 @@ static void
 expect_ok(const char *name, const struct fspec *s)
 {
 	struct gguf_file	*gf;
-	struct buf		 b;
+	struct rawbuf		 b;
 	char			*cause = NULL;
 
 	build(s, &b);
@@ -268,115 +222,115 @@ expect_ok(const char *name, const struct fspec *s)
 
 /* A string value whose length runs past the end of the file. */
 static void
-extra_str_past_eof(struct buf *b)
+extra_str_past_eof(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_STRING);
-	put_u64(b, 1ULL << 40);
-	put(b, "abc", 3);
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_STRING);
+	raw_u64(b, 1ULL << 40);
+	raw_put(b, "abc", 3);
 }
 
 /* A string value of length 2^64-1. */
 static void
-extra_str_overflow(struct buf *b)
+extra_str_overflow(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_STRING);
-	put_u64(b, UINT64_MAX);
-	put(b, "abc", 3);
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_STRING);
+	raw_u64(b, UINT64_MAX);
+	raw_put(b, "abc", 3);
 }
 
 /* An int32 array longer than the file. */
 static void
-extra_arr_past_eof(struct buf *b)
+extra_arr_past_eof(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u32(b, GGUF_VT_INT32);
-	put_u64(b, 1ULL << 40);
-	put_u32(b, 1);
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u32(b, GGUF_VT_INT32);
+	raw_u64(b, 1ULL << 40);
+	raw_u32(b, 1);
 }
 
 /* An int32 array whose byte size overflows 64 bits. */
 static void
-extra_arr_overflow(struct buf *b)
+extra_arr_overflow(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u32(b, GGUF_VT_INT32);
-	put_u64(b, 1ULL << 62);
-	put_u32(b, 1);
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u32(b, GGUF_VT_INT32);
+	raw_u64(b, 1ULL << 62);
+	raw_u32(b, 1);
 }
 
 /* A string array with more entries than the file can hold. */
 static void
-extra_strarr_past_eof(struct buf *b)
+extra_strarr_past_eof(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u32(b, GGUF_VT_STRING);
-	put_u64(b, 1ULL << 61);
-	put_str(b, "x");
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u32(b, GGUF_VT_STRING);
+	raw_u64(b, 1ULL << 61);
+	raw_str(b, "x");
 }
 
 /* A string array whose second entry runs past the end. */
 static void
-extra_strarr_elem_past_eof(struct buf *b)
+extra_strarr_elem_past_eof(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u32(b, GGUF_VT_STRING);
-	put_u64(b, 2);
-	put_str(b, "x");
-	put_u64(b, 1ULL << 50);
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u32(b, GGUF_VT_STRING);
+	raw_u64(b, 2);
+	raw_str(b, "x");
+	raw_u64(b, 1ULL << 50);
 }
 
 /* An array of arrays. */
 static void
-extra_nested(struct buf *b)
+extra_nested(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u64(b, 1);
-	put_u32(b, GGUF_VT_INT32);
-	put_u64(b, 1);
-	put_u32(b, 7);
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u64(b, 1);
+	raw_u32(b, GGUF_VT_INT32);
+	raw_u64(b, 1);
+	raw_u32(b, 7);
 }
 
 /* An array of an undefined element type. */
 static void
-extra_arr_elem_type(struct buf *b)
+extra_arr_elem_type(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_ARRAY);
-	put_u32(b, 13);
-	put_u64(b, 1);
-	put_u32(b, 7);
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_ARRAY);
+	raw_u32(b, 13);
+	raw_u64(b, 1);
+	raw_u32(b, 7);
 }
 
 /* An entry with an empty key. */
 static void
-extra_empty_key(struct buf *b)
+extra_empty_key(struct rawbuf *b)
 {
-	put_u64(b, 0);
-	put_u32(b, GGUF_VT_UINT32);
-	put_u32(b, 1);
+	raw_u64(b, 0);
+	raw_u32(b, GGUF_VT_UINT32);
+	raw_u32(b, 1);
 }
 
 /* A key with a NUL byte inside. */
 static void
-extra_nul_key(struct buf *b)
+extra_nul_key(struct rawbuf *b)
 {
-	put_u64(b, 3);
-	put(b, "a\0b", 3);
-	put_u32(b, GGUF_VT_UINT32);
-	put_u32(b, 1);
+	raw_u64(b, 3);
+	raw_put(b, "a\0b", 3);
+	raw_u32(b, GGUF_VT_UINT32);
+	raw_u32(b, 1);
 }
 
 /* A key one byte longer than the limit. */
 static void
-extra_long_key(struct buf *b)
+extra_long_key(struct rawbuf *b)
 {
 	char	*k = xmalloc(GGUF_MAX_KEY_LEN + 2);
 
@@ -388,55 +342,55 @@ extra_long_key(struct buf *b)
 
 /* A second general.architecture. */
 static void
-extra_dup_key(struct buf *b)
+extra_dup_key(struct rawbuf *b)
 {
 	kv_str(b, "general.architecture", "gpt2");
 }
 
 /* An undefined value type. */
 static void
-extra_bad_vtype(struct buf *b)
+extra_bad_vtype(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, 13);
-	put_u32(b, 1);
+	raw_str(b, "test.bad");
+	raw_u32(b, 13);
+	raw_u32(b, 1);
 }
 
 /* A bool that is neither 0 nor 1. */
 static void
-extra_bad_bool(struct buf *b)
+extra_bad_bool(struct rawbuf *b)
 {
-	put_str(b, "test.bad");
-	put_u32(b, GGUF_VT_BOOL);
-	put_u8(b, 2);
+	raw_str(b, "test.bad");
+	raw_u32(b, GGUF_VT_BOOL);
+	raw_u8(b, 2);
 }
 
 /* Typed values for the getter checks. */
 static void
-extra_typed(struct buf *b)
+extra_typed(struct rawbuf *b)
 {
-	put_str(b, "t.neg");
-	put_u32(b, GGUF_VT_INT32);
-	put_u32(b, (uint32_t)-5);
-	put_str(b, "t.big");
-	put_u32(b, GGUF_VT_UINT64);
-	put_u64(b, 1ULL << 33);
-	put_str(b, "t.i8");
-	put_u32(b, GGUF_VT_INT8);
-	put_u8(b, 100);
-	put_str(b, "t.f64");
-	put_u32(b, GGUF_VT_FLOAT64);
-	{ double v = 0.25; put(b, &v, 8); }
-	put_str(b, "t.f64big");
-	put_u32(b, GGUF_VT_FLOAT64);
-	{ double v = 1e300; put(b, &v, 8); }
-	put_str(b, "t.true");
-	put_u32(b, GGUF_VT_BOOL);
-	put_u8(b, 1);
-	put_str(b, "t.nulstr");
-	put_u32(b, GGUF_VT_STRING);
-	put_u64(b, 3);
-	put(b, "a\0b", 3);
+	raw_str(b, "t.neg");
+	raw_u32(b, GGUF_VT_INT32);
+	raw_u32(b, (uint32_t)-5);
+	raw_str(b, "t.big");
+	raw_u32(b, GGUF_VT_UINT64);
+	raw_u64(b, 1ULL << 33);
+	raw_str(b, "t.i8");
+	raw_u32(b, GGUF_VT_INT8);
+	raw_u8(b, 100);
+	raw_str(b, "t.f64");
+	raw_u32(b, GGUF_VT_FLOAT64);
+	{ double v = 0.25; raw_put(b, &v, 8); }
+	raw_str(b, "t.f64big");
+	raw_u32(b, GGUF_VT_FLOAT64);
+	{ double v = 1e300; raw_put(b, &v, 8); }
+	raw_str(b, "t.true");
+	raw_u32(b, GGUF_VT_BOOL);
+	raw_u8(b, 1);
+	raw_str(b, "t.nulstr");
+	raw_u32(b, GGUF_VT_STRING);
+	raw_u64(b, 3);
+	raw_put(b, "a\0b", 3);
 }
 
 /* Every field class, each broken once. */
@@ -657,7 +611,7 @@ static void
 test_getters(void)
 {
 	struct fspec		 s;
-	struct buf		 b;
+	struct rawbuf		 b;
 	struct gguf_file	*gf;
 	const struct gguf_kv	*kv;
 	char			*cause = NULL, *str;
@@ -735,7 +689,7 @@ static void
 test_truncation(void)
 {
 	struct fspec		 s;
-	struct buf		 b;
+	struct rawbuf		 b;
 	struct gguf_file	*gf;
 	char			*cause;
 	size_t			 len, bad = 0, nocause = 0;
@@ -765,7 +719,7 @@ static void
 test_flips(void)
 {
 	struct fspec		 s;
-	struct buf		 b;
+	struct rawbuf		 b;
 	struct gguf_file	*gf;
 	char			*cause;
 	uint64_t		 x = 0x9e3779b97f4a7c15ULL;

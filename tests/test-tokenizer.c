@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "ggufraw.h"
 #include "tap.h"
 #include "tok_impl.h"
 #include "tokenizer.h"
@@ -500,51 +501,16 @@ test_stories(void)
 
 /* A GGUF file under construction, in memory. */
 struct gw {
-	unsigned char	*b;
-	size_t		 n, cap;
+	struct rawbuf	 raw;
 	uint64_t	 n_kv;
 };
-
-/* Append raw bytes. */
-static void
-gw_bytes(struct gw *g, const void *p, size_t n)
-{
-	if (g->n + n > g->cap) {
-		g->cap = (g->n + n) * 2 + 64;
-		g->b = xreallocarray(g->b, g->cap, 1);
-	}
-	memcpy(g->b + g->n, p, n);
-	g->n += n;
-}
-
-/* Append a little-endian 32-bit integer. */
-static void
-gw_u32(struct gw *g, uint32_t v)
-{
-	gw_bytes(g, &v, 4);
-}
-
-/* Append a little-endian 64-bit integer. */
-static void
-gw_u64(struct gw *g, uint64_t v)
-{
-	gw_bytes(g, &v, 8);
-}
-
-/* Append a GGUF string: its length, then its bytes. */
-static void
-gw_str(struct gw *g, const char *s)
-{
-	gw_u64(g, strlen(s));
-	gw_bytes(g, s, strlen(s));
-}
 
 /* Start a key of a type. */
 static void
 gw_key(struct gw *g, const char *key, uint32_t type)
 {
-	gw_str(g, key);
-	gw_u32(g, type);
+	raw_str(&g->raw, key);
+	raw_u32(&g->raw, type);
 	g->n_kv++;
 }
 
@@ -553,7 +519,7 @@ static void
 gw_kv_str(struct gw *g, const char *key, const char *v)
 {
 	gw_key(g, key, GGUF_VT_STRING);
-	gw_str(g, v);
+	raw_str(&g->raw, v);
 }
 
 /* Add a uint32 key. */
@@ -561,7 +527,7 @@ static void
 gw_kv_u32(struct gw *g, const char *key, uint32_t v)
 {
 	gw_key(g, key, GGUF_VT_UINT32);
-	gw_u32(g, v);
+	raw_u32(&g->raw, v);
 }
 
 /* Add an array of strings. */
@@ -571,10 +537,10 @@ gw_kv_strs(struct gw *g, const char *key, const char *const *v, size_t n)
 	size_t	i;
 
 	gw_key(g, key, GGUF_VT_ARRAY);
-	gw_u32(g, GGUF_VT_STRING);
-	gw_u64(g, n);
+	raw_u32(&g->raw, GGUF_VT_STRING);
+	raw_u64(&g->raw, n);
 	for (i = 0; i < n; i++)
-		gw_str(g, v[i]);
+		raw_str(&g->raw, v[i]);
 }
 
 /* An array of 4-byte elements (int32 or float32). */
@@ -582,26 +548,26 @@ static void
 gw_kv_arr4(struct gw *g, const char *key, uint32_t type, const void *v, size_t n)
 {
 	gw_key(g, key, GGUF_VT_ARRAY);
-	gw_u32(g, type);
-	gw_u64(g, n);
-	gw_bytes(g, v, 4 * n);
+	raw_u32(&g->raw, type);
+	raw_u64(&g->raw, n);
+	raw_put(&g->raw, v, 4 * n);
 }
 
 /* Finish: the header, then the key/values; returns a malloc'd file. */
 static unsigned char *
 gw_finish(struct gw *g, size_t *len)
 {
-	struct gw	f = { NULL, 0, 0, 0 };
+	struct rawbuf	f = { NULL, 0, 0 };
 
-	gw_bytes(&f, "GGUF", 4);
-	gw_u32(&f, 3);
-	gw_u64(&f, 0);
-	gw_u64(&f, g->n_kv);
-	gw_bytes(&f, g->b, g->n);
-	free(g->b);
+	raw_put(&f, "GGUF", 4);
+	raw_u32(&f, 3);
+	raw_u64(&f, 0);
+	raw_u64(&f, g->n_kv);
+	raw_put(&f, g->raw.p, g->raw.len);
+	free(g->raw.p);
 	memset(g, 0, sizeof *g);
-	*len = f.n;
-	return (f.b);
+	*len = f.len;
+	return (f.p);
 }
 
 /* A small valid SPM vocabulary, with knobs to break it. */
@@ -635,7 +601,7 @@ static const int32_t tiny_types[TINY_N] = {
 static unsigned char *
 tiny_spm(int bad, size_t *len)
 {
-	struct gw	 g = { NULL, 0, 0, 0 };
+	struct gw	 g = { { NULL, 0, 0 }, 0 };
 	float		 scores[TINY_N];
 	int32_t		 types[TINY_N];
 	size_t		 i;
@@ -725,7 +691,7 @@ expect_bad(int bad, const char *want, const char *what)
 static unsigned char *
 tiny_bpe(const char *const *merges, size_t n_merges, const char *pre, size_t *len)
 {
-	struct gw	 g = { NULL, 0, 0, 0 };
+	struct gw	 g = { { NULL, 0, 0 }, 0 };
 	static const char *const tokens[] = {
 		"a", "b", "c", "ab", "abc", "\xc4\xa0", "\xc4\xa0\x61", "<|end|>",
 	};
