@@ -56,7 +56,10 @@ struct backend_ops {
 
 extern const struct backend_ops backend_cpu_ops;
 
-/* The backend called name ("cpu"), or NULL when not built. */
+/*
+ * The backend called name ("cpu", "cuda"), or NULL when not built; in
+ * libphased_core, which links every backend that was built.
+ */
 const struct backend_ops *backend_find(const char *name);
 
 #endif

@@ -113,21 +113,3 @@ const struct backend_ops backend_cpu_ops = {
 	.forward = cpu_forward,
 	.kv_copy = cpu_kv_copy,
 };
-
-/* Backends built into this binary; a GPU backend adds its entry here. */
-/*
- * The CUDA backend lives in its own library, which programs that only need
- * the CPU do not link: a weak reference finds it where it is linked in.
- */
-extern const struct backend_ops backend_cuda_ops __attribute__((weak));
-
-/* The backend called name, or NULL when not built. */
-const struct backend_ops *
-backend_find(const char *name)
-{
-	if (strcmp(name, backend_cpu_ops.name) == 0)
-		return (&backend_cpu_ops);
-	if (&backend_cuda_ops != NULL && strcmp(name, backend_cuda_ops.name) == 0)
-		return (&backend_cuda_ops);
-	return (NULL);
-}

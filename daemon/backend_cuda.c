@@ -964,10 +964,3 @@ const struct backend_ops backend_cuda_ops = {
 	.forward = cuda_forward,
 	.kv_copy = cuda_kv_copy,
 };
-
-/* The CUDA backend, for backend_find. */
-const struct backend_ops *
-backend_cuda_get(void)
-{
-	return (&backend_cuda_ops);
-}

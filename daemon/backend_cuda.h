@@ -12,7 +12,4 @@
  */
 extern const struct backend_ops backend_cuda_ops;
 
-/* The CUDA backend's ops, for backend_find. */
-const struct backend_ops *backend_cuda_get(void);
-
 #endif

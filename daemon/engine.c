@@ -33,12 +33,6 @@
 #include "trace.h"
 #include "util.h"
 
-#ifdef HAVE_CUDA
-#include "backend_cuda.h"
-/* Pull the CUDA backend into the daemon; backend_find() looks it up. */
-const struct backend_ops *(*const engine_cuda_backend)(void) = backend_cuda_get;
-#endif
-
 #define ENGINE_HIST		64	/* iteration stats kept for the view */
 #define ENGINE_TEXT_MAX		4096	/* text bytes one token may emit */
 #define ENGINE_IDLE_WAIT_MS	50	/* nap when a plan has nothing to run */

@@ -238,6 +238,9 @@ rc, out, err = d.ctl("load", "stories", MODEL)
 ok(rc == 1 and "already loaded" in err, "loading a name twice is refused", err)
 rc, out, err = d.ctl("load", "x", MODEL, "ctx=abc")
 ok(rc == 1 and "ctx 'abc' is not an integer" in err, "a bad load option is refused", err)
+rc, out, err = d.ctl("load", "x", MODEL, "groups=mixed:cuda0")
+ok(rc == 1 and ("backend cuda is not built" in err or "cuda: " in err),
+   "a GPU group without a usable CUDA backend is refused", err)
 rc, out, err = d.ctl("load", "x", MODEL, "frobs=1")
 ok(rc == 1 and "unknown option 'frobs'" in err, "an unknown load option is refused", err)
 
