@@ -244,6 +244,14 @@ ok(rc == 1 and ("backend cuda is not built" in err or "cuda: " in err),
 rc, out, err = d.ctl("load", "x", MODEL, "frobs=1")
 ok(rc == 1 and "unknown option 'frobs'" in err, "an unknown load option is refused", err)
 
+# Requests naming a model that does not exist.
+for args in (["stats", "nosuch"], ["policy", "show", "nosuch"], ["unload", "nosuch"],
+             ["policy", "set", "nosuch", "fcfs"], ["trace", "nosuch", "-o", "/dev/null"]):
+    rc, out, err = d.ctl(*args)
+    ok(rc == 1 and "no model nosuch" in err, "%s of an unknown model is an error" % " ".join(args[:2]), err)
+rc, out, err = d.ctl("trace", "stories", "--seconds", "0", "-o", "/dev/null")
+ok(rc == 2 and "--seconds 0 is out of range 1..3600" in err, "trace checks --seconds", err)
+
 # Stats, metrics and trace.
 rc, out, err = d.ctl("--json", "stats", "stories")
 st = json.loads(out)["models"][0]
