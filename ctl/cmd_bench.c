@@ -229,8 +229,7 @@ b_parse_range(const char *opt, const char *v, uint32_t min, struct b_range *r)
 	r->hi = (uint32_t)hi;
 	return (0);
 fail:
-	ctl_fail(CTL_EUSAGE, "%s", cause);
-	free(cause);
+	ctl_fail_cause(cause);
 	return (-1);
 }
 

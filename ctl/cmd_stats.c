@@ -196,7 +196,7 @@ cmd_top(struct ctl *ctl, int argc, char **argv)
 	if (argc == 2 && strcmp(argv[0], "--count") == 0) {
 		if (parse_int(argv[1], 1, 1000000, &count, "--count",
 		    &cause) != 0)
-			return (ctl_fail(CTL_EUSAGE, "%s", cause));
+			return (ctl_fail_cause(cause));
 	} else if (argc != 0)
 		return (ctl_fail(CTL_EUSAGE, "usage: phasectl top [--count N]"));
 	for (k = 0; count < 0 || k < count; k++) {
@@ -258,7 +258,7 @@ cmd_trace(struct ctl *ctl, int argc, char **argv)
 		if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
 			if (parse_int(argv[++i], 1, 3600, &secs, "--seconds",
 			    &cause) != 0)
-				return (ctl_fail(CTL_EUSAGE, "%s", cause));
+				return (ctl_fail_cause(cause));
 		} else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
 			out = argv[++i];
 		else

@@ -61,6 +61,15 @@ ctl_fail(int status, const char *fmt, ...)
 	return (status);
 }
 
+/* Print a parse error (freeing it) and return the usage exit status. */
+int
+ctl_fail_cause(char *cause)
+{
+	ctl_fail(CTL_EUSAGE, "%s", cause);
+	free(cause);
+	return (CTL_EUSAGE);
+}
+
 /* Parse a numeric option within [min, max], exiting with a usage error. */
 double
 ctl_num(const char *opt, const char *v, double min, double max)
@@ -69,7 +78,7 @@ ctl_num(const char *opt, const char *v, double min, double max)
 	char	*cause = NULL;
 
 	if (parse_float(v, min, max, &d, opt, &cause) != 0)
-		exit(ctl_fail(CTL_EUSAGE, "%s", cause));
+		exit(ctl_fail_cause(cause));
 	return (d);
 }
 

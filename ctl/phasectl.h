@@ -52,6 +52,8 @@ int	ctl_check_error(struct ctl *, Phased__Response *);
 /* Print an error to stderr as "phasectl: ..." and return status. */
 int	ctl_fail(int status, const char *, ...)
 	    __attribute__((format(printf, 2, 3)));
+/* Print a parse error (freeing it) and return the usage exit status. */
+int	ctl_fail_cause(char *);
 /* Parse a numeric option within [min, max], exiting with a usage error. */
 double	ctl_num(const char *opt, const char *v, double min, double max);
 /* Print "ok" (or a JSON object) for an Ok reply. */
