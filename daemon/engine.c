@@ -28,7 +28,7 @@
 #include "kvcache.h"
 #include "log.h"
 #include "model.h"
-#include "policy.h"
+#include "policy_host.h"
 #include "tokenizer.h"
 #include "trace.h"
 #include "util.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy.h"
+#include "policy_host.h"
 #include "policy_lib.h"
 #include "util.h"
 

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "policy.h"
+#include "policy_host.h"
 #include "util.h"
 
 /* Check a policy name: letters, digits, '-' and '_', not reserved. */

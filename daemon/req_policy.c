@@ -8,7 +8,7 @@
 #include "instance.h"
 #include "log.h"
 #include "phased.h"
-#include "policy.h"
+#include "policy_host.h"
 #include "req.h"
 #include "util.h"
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-# gen-unicode-tables.py: write daemon/unicode_tables.c, the general-category
+# gen-unicode-tables.py: write lib/unicode_tables.c, the general-category
 # ranges the tokenizers' pre-tokenizers need (letters, marks, numbers,
 # punctuation, symbols, separators; everything else is "other").
 #
 # The table is committed; the build never runs this script.  Regenerate with
-#	python3 tests/gen-unicode-tables.py > daemon/unicode_tables.c
+#	python3 tests/gen-unicode-tables.py > lib/unicode_tables.c
 import sys
 import unicodedata
 

@@ -81,7 +81,7 @@ fi
 
 say "build ($mode)"
 if [ $mode = autotools ]; then
-	if ! make -j"$jobs" tests/test-kernels-ref tests/gpu/test-kernels \
+	if ! make -j"$jobs" tests/unit/test-kernels-ref tests/gpu/test-kernels \
 	    tests/gpu/bench-kernels >build.log 2>&1; then
 		tail -40 build.log
 		echo "make failed; trying the direct build"
@@ -89,14 +89,15 @@ if [ $mode = autotools ]; then
 	fi
 fi
 if [ $mode = direct ]; then
-	# The kernels need only daemon/{util,log,tensor_type}.c and a config.h.
+	# The kernels need only lib/{util,log,tensor_type}.c and a config.h.
 	mkdir -p direct tests/gpu || exit 1
 	printf '#define _GNU_SOURCE 1\n#define HAVE_CUDA 1\n' >direct/config.h
-	inc="-Idirect -I$top/daemon -I$top/kernels -I/usr/local/cuda/include"
+	inc="-Idirect -I$top/lib -I$top/gguf -I$top/tokenizer -I$top/runtime \
+	    -I$top/kernels -I$top/kernels/cpu -I$top/kernels/cuda -I/usr/local/cuda/include"
 	nvflags="-O3 -std=c++17 -gencode arch=compute_90,code=sm_90 \
 	    -gencode arch=compute_90,code=compute_90 $inc"
 	pids=
-	for f in "$top"/kernels/*.cu; do
+	for f in "$top"/kernels/cuda/*.cu; do
 		nvcc $nvflags -c -o "direct/$(basename "$f" .cu).o" "$f" \
 		    >"direct/$(basename "$f").log" 2>&1 &
 		pids="$pids $!"
@@ -104,7 +105,7 @@ if [ $mode = direct ]; then
 	ok=1
 	for p in $pids; do wait "$p" || ok=0; done
 	cflags="-std=gnu11 -O2 -pthread $inc"
-	for f in daemon/util.c daemon/log.c daemon/tensor_type.c kernels/ref.c; do
+	for f in lib/util.c lib/log.c lib/tensor_type.c kernels/ref.c; do
 		cc $cflags -c -o "direct/$(basename "$f" .c).o" "$top/$f" || ok=0
 	done
 	cudalibs="-L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
@@ -123,8 +124,8 @@ fi
 
 say "kernel checks (each kernel against kernels/ref.c)"
 status=0
-if [ -x tests/test-kernels-ref ]; then
-	./tests/test-kernels-ref >ref.tap 2>&1 || status=1
+if [ -x tests/unit/test-kernels-ref ]; then
+	./tests/unit/test-kernels-ref >ref.tap 2>&1 || status=1
 	echo "reference self-test: $(grep -c '^ok' ref.tap) ok," \
 	    "$(grep -c '^not ok' ref.tap) not ok"
 	grep -A2 '^not ok' ref.tap
@@ -179,8 +180,11 @@ else
 				    -mavx512vl -mavx512dq -mavx512vnni \
 				    -mavx512bf16" ;;
 		esac
+		src=$(ls "$top"/lib/$f.c "$top"/gguf/$f.c "$top"/tokenizer/$f.c \
+		    "$top"/runtime/$f.c "$top"/kernels/cpu/$f.c \
+		    "$top"/kernels/cuda/$f.c 2>/dev/null | head -1)
 		cc $cflags -O3 -ffp-contract=off $x -c -o "direct/engine/$f.o" \
-		    "$top/daemon/$f.c" >"direct/engine/$f.log" 2>&1 &
+		    "$src" >"direct/engine/$f.log" 2>&1 &
 		pids="$pids $!"
 	done
 	for p in $pids; do wait "$p" || ok=0; done

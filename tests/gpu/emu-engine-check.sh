@@ -2,7 +2,7 @@
 # emu-engine-check.sh: run tests/gpu/test-engine-cuda on the CPU emulation
 # of CUDA.
 #
-# The CUDA backend (daemon/backend_cuda.c) and the kernels are compiled by
+# The CUDA backend (kernels/cuda/backend_cuda.c) and the kernels are compiled by
 # the host compilers against tests/gpu/emu (see emu-check.sh), with
 # tests/gpu/emu-backend.{h,c} serving the stream and copy calls the backend
 # adds, and linked with the model, tokenizer and GGUF libraries of a built
@@ -44,9 +44,11 @@ san=
 [ -n "${EMU_SANITIZE:-}" ] && san="-fsanitize=address,undefined \
     -fno-sanitize-recover=all -fno-omit-frame-pointer"
 inc="-I$top_srcdir/tests/gpu/emu/include -I$top_srcdir/tests/gpu -I$tmp \
-    -I$top_srcdir/kernels -I$top_srcdir/daemon"
+    -I$top_srcdir/kernels -I$top_srcdir/kernels/cuda -I$top_srcdir/lib \
+    -I$top_srcdir/runtime -I$top_srcdir/tokenizer -I$top_srcdir/gguf \
+    -I$top_srcdir/kernels/cpu"
 pids=
-for f in "$top_srcdir"/kernels/*.cu; do
+for f in "$top_srcdir"/kernels/cuda/*.cu; do
 	b=$(basename "$f" .cu)
 	python3 "$top_srcdir/tests/gpu/emu/launch.py" "$f" >"$tmp/$b.cc" ||
 	    { echo "Bail out! cannot rewrite $f"; exit 1; }
@@ -65,7 +67,7 @@ for f in kernels/ref.c tests/gpu/emu-backend.c tests/gpu/test-engine-cuda.c; do
 done
 $CC -std=gnu11 -O2 -g -pthread -Wall -Wextra -Wno-unused-parameter $san $inc \
     -include emu-backend.h -c -o "$tmp/backend_cuda.o" \
-    "$top_srcdir/daemon/backend_cuda.c" >"$tmp/backend_cuda.c.log" 2>&1 &
+    "$top_srcdir/kernels/cuda/backend_cuda.c" >"$tmp/backend_cuda.c.log" 2>&1 &
 pids="$pids $!"
 failed=0
 for p in $pids; do wait "$p" || failed=1; done

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "policy.h"
+#include "policy_host.h"
 #include "util.h"
 #include "policy_testview.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "policy.h"
+#include "policy_host.h"
 #include "tap.h"
 #include "policy_testview.h"
 
