@@ -1,4 +1,4 @@
-/* forward.c: the ragged batched forward pass of a llama model over paged KV. */
+/* forward.c: the ragged batched forward pass over paged KV, shared by every architecture. */
 
 #include <inttypes.h>
 #include <math.h>
@@ -145,25 +145,50 @@ rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 		y[i] = x[i] * scale * w[i];
 }
 
-/* Rotate adjacent pairs (x[2i], x[2i+1]) of each head by the position's angles. */
+/*
+ * Rotate pairs of each head's first n_rot dimensions by the position's
+ * angles: adjacent pairs (x[2i], x[2i+1]), or with neox the halves
+ * (x[i], x[i + n_rot/2]).  The rest of the head is left as it is.
+ */
 static void
-rope(float *x, int n_heads, int head_dim, int n_rot, const float *cs)
+rope(float *x, int n_heads, int head_dim, int n_rot, const float *cs,
+    int neox)
 {
 	float	x0, x1, c, s;
-	int	h, i;
+	int	h, i, a, b;
 
 	for (h = 0; h < n_heads; h++) {
 		float *v = x + (size_t)h * head_dim;
 
 		for (i = 0; i < n_rot / 2; i++) {
+			a = neox ? i : 2 * i;
+			b = neox ? i + n_rot / 2 : 2 * i + 1;
 			c = cs[2 * i];
 			s = cs[2 * i + 1];
-			x0 = v[2 * i];
-			x1 = v[2 * i + 1];
-			v[2 * i] = x0 * c - x1 * s;
-			v[2 * i + 1] = x0 * s + x1 * c;
+			x0 = v[a];
+			x1 = v[b];
+			v[a] = x0 * c - x1 * s;
+			v[b] = x0 * s + x1 * c;
 		}
 	}
+}
+
+/* GELU with the tanh approximation, for Gemma's gate. */
+static inline float
+gelu_tanh(float x)
+{
+	return (0.5f * x * (1.0f + tanhf(0.7978845608f * x *
+	    (1.0f + 0.044715f * x * x))));
+}
+
+/* cap * tanh(x / cap) over n values: Gemma 2's soft-capping. */
+static void
+softcap(float *x, int n, float cap)
+{
+	int	i;
+
+	for (i = 0; i < n; i++)
+		x[i] = cap * tanhf(x[i] / cap);
 }
 
 /*
@@ -196,13 +221,14 @@ attn_scores(float *s, const float *q, const float *k, int hd, int bs)
 /*
  * Fold one KV block into a query's online softmax state: running maximum
  * mx, eight lanes of running sum lsum, unnormalized output acc.  The
- * block's nv valid slots are scored (the rest masked to e^-inf = 0), the
+ * block's valid slots lo..nv-1 are scored, soft-capped when cap is not 0
+ * (the rest masked to e^-inf = 0), the
  * state is rescaled to the new maximum and the weighted values are added
  * in slot order, two slots interleaved, each output chunk in registers.
  */
 ATTN_INLINE void
 attn_block(float *acc, float *mx, float *lsum, float *s, const float *q,
-    const float *k, const float *v, int hd, int bs, int nv)
+    const float *k, const float *v, int hd, int bs, int lo, int nv, float cap)
 {
 	const float	*v0, *v1;
 	float		 m, sc, l, t[8];
@@ -211,6 +237,12 @@ attn_block(float *acc, float *mx, float *lsum, float *s, const float *q,
 	int		 j, d;
 
 	attn_scores(s, q, k, hd, bs);
+	if (cap != 0.0f) {
+		for (j = lo; j < nv; j++)
+			s[j] = cap * tanhf(s[j] / cap);
+	}
+	for (j = 0; j < lo; j++)
+		s[j] = -INFINITY;	/* before the sliding window */
 	for (j = nv; j < bs; j++)
 		s[j] = -INFINITY;
 	mv = SPLAT(*mx);
@@ -289,11 +321,15 @@ attn_task_run(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	const int		 grp = mi->n_head / mi->n_head_kv;
 	const int		 nq = (t->i1 - t->i0) * grp;
 	const int		 f16 = pool->layout.type == KV_TYPE_F16;
-	const float		 qscale = 1.0f / sqrtf((float)hd);
+	const float		 qscale = c->m->hp.q_scale;
+	const float		 cap = c->m->hp.attn_softcap;
+	const uint32_t		 qd = mi->q_dim;
+	const uint32_t		 win = c->m->layers[c->layer].swa ? mi->n_swa : 0;
 	float			*qs, *acc, *mx, *sum, *kf, *vf, *s, l;
 	const float		*kp, *vp;
 	uint32_t		 pos0 = c->pos0[t->entry], p, last, blk, b;
-	int			 i, hh, qi, j, nv, nvmax, d, row;
+	int			 i, hh, qi, j, nv, nvmax, d, row, lo;
+	uint32_t		 first, b0;
 
 	qs = scratch;
 	acc = qs + (size_t)nq * hd;
@@ -306,7 +342,7 @@ attn_task_run(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	for (i = t->i0; i < t->i1; i++) {
 		row = c->row0[t->entry] + i;
 		for (hh = 0; hh < grp; hh++) {
-			const float *q = c->q + (size_t)row * mi->n_embd +
+			const float *q = c->q + (size_t)row * qd +
 			    (size_t)(t->kv_head * grp + hh) * hd;
 
 			qi = (i - t->i0) * grp + hh;
@@ -318,8 +354,14 @@ attn_task_run(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 		}
 	}
 
+	/*
+	 * A sliding window hides the keys more than win - 1 positions
+	 * back: blocks wholly before the tile's first query's window are
+	 * skipped, and each query skips those before its own.
+	 */
 	last = pos0 + t->i1 - 1;
-	for (b = 0; b <= last / bs; b++) {
+	first = win != 0 && pos0 + t->i0 + 1 > win ? pos0 + t->i0 + 1 - win : 0;
+	for (b = first / bs; b <= last / bs; b++) {
 		blk = seq->blocks[b];
 		nvmax = last - b * bs + 1 < (uint32_t)bs ? (int)(last - b * bs + 1) :
 		    bs;
@@ -348,12 +390,17 @@ attn_task_run(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 			p = pos0 + i;
 			if (p < b * bs)
 				continue;	/* this block is in its future */
+			b0 = win != 0 && p + 1 > win ? p + 1 - win : 0;
+			if (b0 >= (b + 1) * bs)
+				continue;	/* wholly before its window */
+			lo = b0 > b * bs ? (int)(b0 - b * bs) : 0;
 			nv = p - b * bs + 1 < (uint32_t)bs ? (int)(p - b * bs + 1) :
 			    bs;
 			for (hh = 0; hh < grp; hh++) {
 				qi = (i - t->i0) * grp + hh;
 				attn_block(acc + (size_t)qi * hd, &mx[qi], sum + 8 * qi,
-				    s, qs + (size_t)qi * hd, kp, vp, hd, bs, nv);
+				    s, qs + (size_t)qi * hd, kp, vp, hd, bs, lo, nv,
+				    cap);
 			}
 		}
 	}
@@ -361,7 +408,7 @@ attn_task_run(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	for (i = t->i0; i < t->i1; i++) {
 		row = c->row0[t->entry] + i;
 		for (hh = 0; hh < grp; hh++) {
-			float *out = c->att + (size_t)row * mi->n_embd +
+			float *out = c->att + (size_t)row * qd +
 			    (size_t)(t->kv_head * grp + hh) * hd;
 
 			qi = (i - t->i0) * grp + hh;
@@ -536,7 +583,8 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	const struct model_info	*mi = &m->info;
 	const int		 dim = mi->n_embd, ff = mi->n_ff;
 	const int		 hd = mi->head_dim, nrot = mi->n_rot;
-	const int		 kvd = hd * mi->n_head_kv;
+	const int		 kvd = hd * mi->n_head_kv, qd = mi->q_dim;
+	const struct model_hparams *hp = &m->hp;
 	struct fwd_ctx		 c;
 	const struct model_layer *l;
 	float			*x, *xb, *q, *k, *v, *att, *hb, *hb2, *cs, *buf;
@@ -546,6 +594,8 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	int			*out_rows;
 	uint32_t		 layer;
 	double			 ang;
+	float			 ms;
+	int			 tab;
 
 	if (model_batch_check(&m->info, pool, b, &T, cause) != 0)
 		return (-1);
@@ -560,7 +610,7 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	c.scratch_floats = attn_scratch_floats(mi);
 
 	/* One allocation for all activations of this call. */
-	nf = (uint64_t)T * (4 * dim + 2 * kvd + 2 * ff + nrot) +
+	nf = (uint64_t)T * (2 * dim + 2 * qd + 2 * kvd + 2 * ff + 2 * nrot) +
 	    (uint64_t)nth * c.scratch_floats +
 	    (uint64_t)LOGIT_CHUNK * (dim + mi->n_vocab);
 	buf = alloc_floats(nf, cause);
@@ -569,13 +619,13 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	x = buf;
 	xb = x + (size_t)T * dim;
 	q = xb + (size_t)T * dim;
-	att = q + (size_t)T * dim;
-	k = att + (size_t)T * dim;
+	att = q + (size_t)T * qd;
+	k = att + (size_t)T * qd;
 	v = k + (size_t)T * kvd;
 	hb = v + (size_t)T * kvd;
 	hb2 = hb + (size_t)T * ff;
 	cs = hb2 + (size_t)T * ff;
-	c.scratch = cs + (size_t)T * nrot;
+	c.scratch = cs + (size_t)T * 2 * nrot;
 	lg = c.scratch + (size_t)nth * c.scratch_floats;
 	memset(c.scratch, 0, (size_t)nth * c.scratch_floats * sizeof(float));
 
@@ -607,7 +657,11 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 		}
 	}
 
-	/* Embeddings, and the RoPE angles of each row's position. */
+	/*
+	 * Embeddings (scaled where the architecture says), and the RoPE
+	 * angles of each row's position for both tables (global layers,
+	 * then local ones).
+	 */
 	for (n = 0; n < b->n_seqs; n++) {
 		const struct fwd_entry *e = &b->entries[n];
 
@@ -615,10 +669,21 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 			row = c.row0[n] + i;
 			qmat_get_row(m->tok_embd, e->tokens[i],
 			    x + (size_t)row * dim);
-			for (j = 0; j < nrot / 2; j++) {
-				ang = (double)(c.pos0[n] + i) * m->rope_inv_freq[j];
-				cs[(size_t)row * nrot + 2 * j] = (float)cos(ang);
-				cs[(size_t)row * nrot + 2 * j + 1] = (float)sin(ang);
+			if (hp->embd_scale != 1.0f) {
+				for (j = 0; j < dim; j++)
+					x[(size_t)row * dim + j] *=
+					    hp->embd_scale;
+			}
+			for (tab = 0; tab < 2; tab++) {
+				float *cr = cs + ((size_t)tab * T + row) * nrot;
+
+				ms = m->rope[tab].mscale;
+				for (j = 0; j < nrot / 2; j++) {
+					ang = (double)(c.pos0[n] + i) *
+					    m->rope[tab].inv_freq[j];
+					cr[2 * j] = (float)cos(ang) * ms;
+					cr[2 * j + 1] = (float)sin(ang) * ms;
+				}
 			}
 		}
 	}
@@ -631,14 +696,35 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 			rmsnorm(xb + (size_t)row * dim, x + (size_t)row * dim,
 			    l->attn_norm, dim, mi->rms_eps);
 		}
-		qmat_mul(tp, l->wq, xb, T, q, dim);
+		qmat_mul(tp, l->wq, xb, T, q, qd);
 		qmat_mul(tp, l->wk, xb, T, k, kvd);
 		qmat_mul(tp, l->wv, xb, T, v, kvd);
+		if (l->bq != NULL) {
+			for (row = 0; row < T; row++) {
+				for (j = 0; j < qd; j++)
+					q[(size_t)row * qd + j] += l->bq[j];
+				for (j = 0; j < kvd; j++) {
+					k[(size_t)row * kvd + j] += l->bk[j];
+					v[(size_t)row * kvd + j] += l->bv[j];
+				}
+			}
+		}
+		if (l->q_norm != NULL) {
+			for (i = 0; i < T * (int)mi->n_head; i++)
+				rmsnorm(q + (size_t)i * hd, q + (size_t)i * hd,
+				    l->q_norm, hd, mi->rms_eps);
+			for (i = 0; i < T * (int)mi->n_head_kv; i++)
+				rmsnorm(k + (size_t)i * hd, k + (size_t)i * hd,
+				    l->k_norm, hd, mi->rms_eps);
+		}
+		tab = l->swa ? 1 : 0;
 		for (row = 0; row < T; row++) {
-			rope(q + (size_t)row * dim, mi->n_head, hd, nrot,
-			    cs + (size_t)row * nrot);
-			rope(k + (size_t)row * kvd, mi->n_head_kv, hd, nrot,
-			    cs + (size_t)row * nrot);
+			const float *cr = cs + ((size_t)tab * T + row) * nrot;
+
+			rope(q + (size_t)row * qd, mi->n_head, hd, nrot, cr,
+			    hp->rope_neox);
+			rope(k + (size_t)row * kvd, mi->n_head_kv, hd, nrot, cr,
+			    hp->rope_neox);
 		}
 		kv_store(&c, k, v);
 
@@ -651,6 +737,12 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 			attn_worker(&c, 0, 1);
 
 		qmat_mul(tp, l->wo, att, T, xb, dim);
+		if (l->post_attn_norm != NULL) {
+			for (row = 0; row < T; row++)
+				rmsnorm(xb + (size_t)row * dim,
+				    xb + (size_t)row * dim, l->post_attn_norm,
+				    dim, mi->rms_eps);
+		}
 		for (i = 0; i < T * dim; i++)
 			x[i] += xb[i];
 
@@ -660,9 +752,20 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 		}
 		qmat_mul(tp, l->w_gate, xb, T, hb, ff);
 		qmat_mul(tp, l->w_up, xb, T, hb2, ff);
-		for (i = 0; i < T * ff; i++)
-			hb[i] = hb[i] / (1.0f + expf(-hb[i])) * hb2[i];
+		if (hp->ffn_gelu) {
+			for (i = 0; i < T * ff; i++)
+				hb[i] = gelu_tanh(hb[i]) * hb2[i];
+		} else {
+			for (i = 0; i < T * ff; i++)
+				hb[i] = hb[i] / (1.0f + expf(-hb[i])) * hb2[i];
+		}
 		qmat_mul(tp, l->w_down, hb, T, xb, dim);
+		if (l->post_ffn_norm != NULL) {
+			for (row = 0; row < T; row++)
+				rmsnorm(xb + (size_t)row * dim,
+				    xb + (size_t)row * dim, l->post_ffn_norm,
+				    dim, mi->rms_eps);
+		}
 		for (i = 0; i < T * dim; i++)
 			x[i] += xb[i];
 	}
@@ -684,6 +787,16 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 			    m->output_norm, dim, mi->rms_eps);
 		}
 		qmat_mul(tp, m->output, xo, cnt, lg, mi->n_vocab);
+		for (r = 0; r < cnt; r++) {
+			float *lr = lg + (size_t)r * mi->n_vocab;
+
+			if (m->output_bias != NULL) {
+				for (j = 0; j < (int)mi->n_vocab; j++)
+					lr[j] += m->output_bias[j];
+			}
+			if (hp->final_softcap != 0.0f)
+				softcap(lr, mi->n_vocab, hp->final_softcap);
+		}
 		for (r = 0; r < cnt; r++) {
 			memcpy(b->entries[out_rows[i + r]].logits,
 			    lg + (size_t)r * mi->n_vocab,

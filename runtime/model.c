@@ -1,4 +1,4 @@
-/* model.c: load a llama-architecture GGUF model: hyperparameters and weights. */
+/* model.c: load a GGUF model: tokenizer, weights and their shapes (arch.c reads the keys). */
 
 #include <inttypes.h>
 #include <math.h>
@@ -32,153 +32,6 @@ load_progress(struct load_ctx *lc, uint64_t bytes)
 	lc->done += bytes;
 	if (lc->progress != NULL && lc->total > 0)
 		lc->progress(lc->arg, (double)lc->done / (double)lc->total);
-}
-
-/* Read an optional u32 key: absent leaves *v alone, present must be valid. */
-static int
-get_u32_opt(const struct gguf_file *f, const char *key, uint32_t *v,
-    char **cause)
-{
-	if (gguf_find(f, key) == NULL)
-		return (0);
-	return (gguf_get_u32(f, key, v, cause));
-}
-
-/* Read an optional f32 key. */
-static int
-get_f32_opt(const struct gguf_file *f, const char *key, float *v, char **cause)
-{
-	if (gguf_find(f, key) == NULL)
-		return (0);
-	return (gguf_get_f32(f, key, v, cause));
-}
-
-/* Check a u32 hyperparameter lies in [lo, hi]. */
-static int
-check_range(const char *key, uint32_t v, uint32_t lo, uint32_t hi,
-    char **cause)
-{
-	if (v < lo || v > hi) {
-		set_cause(cause, "%s %u out of range %u..%u", key, v, lo, hi);
-		return (-1);
-	}
-	return (0);
-}
-
-/* Read and check the llama.* hyperparameters. */
-static int
-load_hparams(struct model *m, const struct model_opts *o, char **cause)
-{
-	const struct gguf_file	*f = m->gguf;
-	struct model_info	*i = &m->info;
-	char			*arch;
-
-	arch = gguf_get_str(f, "general.architecture", cause);
-	if (arch == NULL)
-		return (-1);
-	if (strcmp(arch, "llama") != 0) {
-		set_cause(cause, "unsupported architecture '%s'", arch);
-		free(arch);
-		return (-1);
-	}
-	free(arch);
-	i->arch = "llama";
-
-	if (gguf_find(f, "general.name") != NULL) {
-		m->name = gguf_get_str(f, "general.name", cause);
-		if (m->name == NULL)
-			return (-1);
-	} else
-		m->name = xstrdup("");
-	i->name = m->name;
-
-	if (gguf_get_u32(f, "llama.context_length", &i->n_ctx_train, cause) != 0 ||
-	    gguf_get_u32(f, "llama.embedding_length", &i->n_embd, cause) != 0 ||
-	    gguf_get_u32(f, "llama.block_count", &i->n_layers, cause) != 0 ||
-	    gguf_get_u32(f, "llama.feed_forward_length", &i->n_ff, cause) != 0 ||
-	    gguf_get_u32(f, "llama.attention.head_count", &i->n_head, cause) != 0)
-		return (-1);
-	i->n_head_kv = i->n_head;
-	if (get_u32_opt(f, "llama.attention.head_count_kv", &i->n_head_kv,
-	    cause) != 0)
-		return (-1);
-	if (gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon",
-	    &i->rms_eps, cause) != 0)
-		return (-1);
-	i->rope_freq_base = 10000.0f;
-	if (get_f32_opt(f, "llama.rope.freq_base", &i->rope_freq_base,
-	    cause) != 0)
-		return (-1);
-
-	if (check_range("llama.context_length", i->n_ctx_train, 1,
-	    MODEL_MAX_CTX, cause) != 0 ||
-	    check_range("llama.embedding_length", i->n_embd, 1, MODEL_MAX_EMBD,
-	    cause) != 0 ||
-	    check_range("llama.block_count", i->n_layers, 1, MODEL_MAX_LAYERS,
-	    cause) != 0 ||
-	    check_range("llama.feed_forward_length", i->n_ff, 1, MODEL_MAX_FF,
-	    cause) != 0 ||
-	    check_range("llama.attention.head_count", i->n_head, 1,
-	    MODEL_MAX_HEADS, cause) != 0 ||
-	    check_range("llama.attention.head_count_kv", i->n_head_kv, 1,
-	    MODEL_MAX_HEADS, cause) != 0)
-		return (-1);
-	if (i->n_embd % i->n_head != 0) {
-		set_cause(cause, "llama.attention.head_count %u does not divide "
-		    "llama.embedding_length %u", i->n_head, i->n_embd);
-		return (-1);
-	}
-	if (i->n_head % i->n_head_kv != 0) {
-		set_cause(cause, "llama.attention.head_count_kv %u does not "
-		    "divide llama.attention.head_count %u", i->n_head_kv,
-		    i->n_head);
-		return (-1);
-	}
-	i->head_dim = i->n_embd / i->n_head;
-	if (check_range("head dimension", i->head_dim, 2, MODEL_MAX_HEAD_DIM,
-	    cause) != 0)
-		return (-1);
-	i->n_rot = i->head_dim;
-	if (get_u32_opt(f, "llama.rope.dimension_count", &i->n_rot, cause) != 0)
-		return (-1);
-	if (i->n_rot < 2 || i->n_rot > i->head_dim || i->n_rot % 2 != 0) {
-		set_cause(cause, "llama.rope.dimension_count %u is not an even "
-		    "number in 2..%u (the head dimension)", i->n_rot,
-		    i->head_dim);
-		return (-1);
-	}
-	if (!(i->rms_eps > 0.0f && i->rms_eps < 1.0f)) {
-		set_cause(cause, "llama.attention.layer_norm_rms_epsilon %g out "
-		    "of range (0, 1)", (double)i->rms_eps);
-		return (-1);
-	}
-	if (!(i->rope_freq_base > 1.0f && isfinite(i->rope_freq_base))) {
-		set_cause(cause, "llama.rope.freq_base %g is not a finite "
-		    "number above 1", (double)i->rope_freq_base);
-		return (-1);
-	}
-
-	if (o->ctx < 0 || o->ctx > MODEL_MAX_CTX) {
-		set_cause(cause, "context %d out of range 0..%d", o->ctx,
-		    MODEL_MAX_CTX);
-		return (-1);
-	}
-	i->n_ctx = o->ctx != 0 ? (uint32_t)o->ctx : i->n_ctx_train;
-	if (i->n_ctx > i->n_ctx_train)
-		log_debug("context %u exceeds the trained context %u", i->n_ctx,
-		    i->n_ctx_train);
-
-	i->kv.n_layers = i->n_layers;
-	i->kv.n_kv_heads = i->n_head_kv;
-	i->kv.head_dim = i->head_dim;
-	if (o->kv_block_size < 0) {
-		set_cause(cause, "kv block size %d is negative", o->kv_block_size);
-		return (-1);
-	}
-	i->kv.block_size = o->kv_block_size != 0 ? (uint32_t)o->kv_block_size :
-	    KV_BLOCK_SIZE_DEFAULT;
-	i->kv.type = o->kv_type_f32 ? KV_TYPE_F32 : KV_TYPE_F16;
-	return (kv_layout_check(&i->kv, cause));
 }
 
 /* Find a tensor and check its shape; cause names it when absent or wrong. */
@@ -244,6 +97,142 @@ load_vector(struct load_ctx *lc, const char *name, uint64_t n, char **cause)
 	return (v);
 }
 
+/* Load a vector that may be absent (*v stays NULL). */
+static int
+load_opt_vector(struct load_ctx *lc, const char *name, uint64_t n, float **v,
+    char **cause)
+{
+	if (gguf_find_tensor(lc->m->gguf, name) == NULL)
+		return (0);
+	*v = load_vector(lc, name, n, cause);
+	return (*v == NULL ? -1 : 0);
+}
+
+/* RoPE factors divide frequencies: each must be finite and positive. */
+static int
+check_factors(const struct model *m, const char *name, const float *f,
+    char **cause)
+{
+	uint32_t	j;
+
+	if (f == NULL)
+		return (0);
+	for (j = 0; j < m->info.n_rot / 2; j++) {
+		if (!(isfinite(f[j]) && f[j] > 0.0f)) {
+			set_cause(cause, "tensor '%s': factor %u is %g, not a "
+			    "finite positive number", name, j, (double)f[j]);
+			return (-1);
+		}
+	}
+	return (0);
+}
+
+/*
+ * A matrix made of some rows of a fused tensor (phi3's attn_qkv and
+ * gate+up ffn_up): the tensor's shape is checked whole by the caller.
+ */
+static struct qmat *
+slice_matrix(const struct gguf_tensor *t, const char *name, uint64_t row0,
+    uint64_t rows, char **cause)
+{
+	const struct tensor_type_info	*ti = tensor_type_get(t->type);
+	struct qmat			*q;
+	char				*why = NULL;
+	size_t				 rb;
+
+	rb = ti != NULL ? tensor_row_bytes(ti, t->ne[0]) : 0;
+	if (rb == 0) {
+		set_cause(cause, "tensor '%s': type %s cannot hold a row of %"
+		    PRIu64, name, tensor_type_name(t->type), t->ne[0]);
+		return (NULL);
+	}
+	q = qmat_create(t->type, (int64_t)rows, (int64_t)t->ne[0],
+	    (const char *)t->data + row0 * rb, &why);
+	if (q == NULL) {
+		set_cause(cause, "tensor '%s': %s", name, why);
+		free(why);
+	}
+	return (q);
+}
+
+/* Load one layer's weights as the architecture lays them out. */
+static int
+load_layer(struct load_ctx *lc, uint32_t n, char **cause)
+{
+	struct model		*m = lc->m;
+	const struct model_info	*i = &m->info;
+	const struct model_hparams *hp = &m->hp;
+	struct model_layer	*l = &m->layers[n];
+	const struct gguf_tensor *t;
+	uint64_t		 kvd = (uint64_t)i->head_dim * i->n_head_kv;
+	uint64_t		 qd = i->q_dim;
+	char			 name[64];
+
+#define NAME(what, kind)	snprintf(name, sizeof name, "blk.%u.%s.%s", n, what, kind)
+#define MAT(field, what, cols, rows) do {				\
+	NAME(what, "weight");						\
+	if ((l->field = load_matrix(lc, name, cols, rows, cause)) == NULL) \
+		return (-1);						\
+} while (0)
+#define VEC(field, what, kind, len) do {				\
+	NAME(what, kind);						\
+	if ((l->field = load_vector(lc, name, len, cause)) == NULL)	\
+		return (-1);						\
+} while (0)
+	VEC(attn_norm, "attn_norm", "weight", i->n_embd);
+	NAME("attn_qkv", "weight");
+	if (hp->fused && gguf_find_tensor(m->gguf, name) != NULL) {
+		t = get_tensor(m, name, 2, i->n_embd, qd + 2 * kvd, cause);
+		if (t == NULL ||
+		    (l->wq = slice_matrix(t, name, 0, qd, cause)) == NULL ||
+		    (l->wk = slice_matrix(t, name, qd, kvd, cause)) == NULL ||
+		    (l->wv = slice_matrix(t, name, qd + kvd, kvd,
+		    cause)) == NULL)
+			return (-1);
+		load_progress(lc, t->nbytes);
+	} else {
+		MAT(wq, "attn_q", i->n_embd, qd);
+		MAT(wk, "attn_k", i->n_embd, kvd);
+		MAT(wv, "attn_v", i->n_embd, kvd);
+	}
+	if (hp->qkv_bias) {
+		VEC(bq, "attn_q", "bias", qd);
+		VEC(bk, "attn_k", "bias", kvd);
+		VEC(bv, "attn_v", "bias", kvd);
+	}
+	if (hp->qk_norm) {
+		VEC(q_norm, "attn_q_norm", "weight", i->head_dim);
+		VEC(k_norm, "attn_k_norm", "weight", i->head_dim);
+	}
+	MAT(wo, "attn_output", qd, i->n_embd);
+	if (hp->post_norms)
+		VEC(post_attn_norm, "post_attention_norm", "weight", i->n_embd);
+	VEC(ffn_norm, "ffn_norm", "weight", i->n_embd);
+	if (hp->fused) {
+		/* ffn_up holds the gate's rows, then the up rows. */
+		NAME("ffn_up", "weight");
+		t = get_tensor(m, name, 2, i->n_embd, 2 * (uint64_t)i->n_ff,
+		    cause);
+		if (t == NULL ||
+		    (l->w_gate = slice_matrix(t, name, 0, i->n_ff,
+		    cause)) == NULL ||
+		    (l->w_up = slice_matrix(t, name, i->n_ff, i->n_ff,
+		    cause)) == NULL)
+			return (-1);
+		load_progress(lc, t->nbytes);
+	} else {
+		MAT(w_gate, "ffn_gate", i->n_embd, i->n_ff);
+		MAT(w_up, "ffn_up", i->n_embd, i->n_ff);
+	}
+	MAT(w_down, "ffn_down", i->n_ff, i->n_embd);
+	if (hp->post_norms)
+		VEC(post_ffn_norm, "post_ffw_norm", "weight", i->n_embd);
+#undef MAT
+#undef VEC
+#undef NAME
+	return (0);
+}
+
 /* Load every weight and check every shape. */
 static int
 load_weights(struct load_ctx *lc, char **cause)
@@ -251,10 +240,8 @@ load_weights(struct load_ctx *lc, char **cause)
 	struct model		*m = lc->m;
 	struct model_info	*i = &m->info;
 	const struct gguf_tensor *t;
-	struct model_layer	*l;
-	uint64_t		 kv_dim = (uint64_t)i->head_dim * i->n_head_kv;
 	uint32_t		 n;
-	char			 name[64];
+	char			 key[128];
 
 	t = gguf_find_tensor(m->gguf, "token_embd.weight");
 	if (t == NULL) {
@@ -274,14 +261,15 @@ load_weights(struct load_ctx *lc, char **cause)
 		return (-1);
 	}
 	i->n_vocab = (uint32_t)t->ne[1];
-	if (gguf_find(m->gguf, "llama.vocab_size") != NULL) {
+	if (gguf_find(m->gguf, arch_key(m, "vocab_size", key, sizeof key)) !=
+	    NULL) {
 		uint32_t	vs;
 
-		if (gguf_get_u32(m->gguf, "llama.vocab_size", &vs, cause) != 0)
+		if (gguf_get_u32(m->gguf, key, &vs, cause) != 0)
 			return (-1);
 		if (vs != i->n_vocab) {
-			set_cause(cause, "llama.vocab_size %u but "
-			    "token_embd.weight has %u rows", vs, i->n_vocab);
+			set_cause(cause, "%s %u but token_embd.weight has %u "
+			    "rows", key, vs, i->n_vocab);
 			return (-1);
 		}
 	}
@@ -292,38 +280,42 @@ load_weights(struct load_ctx *lc, char **cause)
 	m->output_norm = load_vector(lc, "output_norm.weight", i->n_embd, cause);
 	if (m->output_norm == NULL)
 		return (-1);
-	if (gguf_find_tensor(m->gguf, "output.weight") != NULL) {
+	if (m->hp.tied_only)
+		m->output = m->tok_embd;	/* gemma2 ignores output.weight */
+	else if (gguf_find_tensor(m->gguf, "output.weight") != NULL) {
 		m->output = load_matrix(lc, "output.weight", i->n_embd,
 		    i->n_vocab, cause);
 		if (m->output == NULL)
 			return (-1);
 	} else
 		m->output = m->tok_embd;	/* tied embeddings */
+	if (gguf_find_tensor(m->gguf, "output.bias") != NULL &&
+	    (m->output_bias = load_vector(lc, "output.bias", i->n_vocab,
+	    cause)) == NULL)
+		return (-1);
+	if (load_opt_vector(lc, "rope_freqs.weight", i->n_rot / 2,
+	    &m->rope_freqs, cause) != 0 ||
+	    load_opt_vector(lc, "rope_factors_long.weight", i->n_rot / 2,
+	    &m->rope_long, cause) != 0 ||
+	    load_opt_vector(lc, "rope_factors_short.weight", i->n_rot / 2,
+	    &m->rope_short, cause) != 0)
+		return (-1);
+	if (m->rope_freqs != NULL && (m->rope_long != NULL ||
+	    m->rope_short != NULL)) {
+		set_cause(cause, "tensor 'rope_freqs.weight' and LongRoPE "
+		    "factors are both present");
+		return (-1);
+	}
+	if (check_factors(m, "rope_freqs.weight", m->rope_freqs, cause) != 0 ||
+	    check_factors(m, "rope_factors_long.weight", m->rope_long,
+	    cause) != 0 ||
+	    check_factors(m, "rope_factors_short.weight", m->rope_short,
+	    cause) != 0)
+		return (-1);
 
-	m->layers = xcalloc(i->n_layers, sizeof *m->layers);
 	for (n = 0; n < i->n_layers; n++) {
-		l = &m->layers[n];
-#define MAT(field, what, cols, rows) do {				\
-	snprintf(name, sizeof name, "blk.%u.%s.weight", n, what);	\
-	if ((l->field = load_matrix(lc, name, cols, rows, cause)) == NULL) \
-		return (-1);						\
-} while (0)
-#define VEC(field, what, len) do {					\
-	snprintf(name, sizeof name, "blk.%u.%s.weight", n, what);	\
-	if ((l->field = load_vector(lc, name, len, cause)) == NULL)	\
-		return (-1);						\
-} while (0)
-		VEC(attn_norm, "attn_norm", i->n_embd);
-		MAT(wq, "attn_q", i->n_embd, i->n_embd);
-		MAT(wk, "attn_k", i->n_embd, kv_dim);
-		MAT(wv, "attn_v", i->n_embd, kv_dim);
-		MAT(wo, "attn_output", i->n_embd, i->n_embd);
-		VEC(ffn_norm, "ffn_norm", i->n_embd);
-		MAT(w_gate, "ffn_gate", i->n_embd, i->n_ff);
-		MAT(w_up, "ffn_up", i->n_embd, i->n_ff);
-		MAT(w_down, "ffn_down", i->n_ff, i->n_embd);
-#undef MAT
-#undef VEC
+		if (load_layer(lc, n, cause) != 0)
+			return (-1);
 	}
 	return (0);
 }
@@ -365,7 +357,6 @@ model_load(const char *path, const struct model_opts *o,
 	struct model_opts	 defaults;
 	struct load_ctx		 lc;
 	char			*why = NULL;
-	uint32_t		 j;
 	uint64_t		 i;
 
 	if (o == NULL) {
@@ -377,7 +368,7 @@ model_load(const char *path, const struct model_opts *o,
 	m->gguf = gguf_open(path, cause);
 	if (m->gguf == NULL)
 		goto fail;
-	if (load_hparams(m, o, cause) != 0)
+	if (arch_hparams(m, cause) != 0)
 		goto fail;
 	m->tok = tokenizer_load(m->gguf, &why);
 	if (m->tok == NULL) {
@@ -395,12 +386,7 @@ model_load(const char *path, const struct model_opts *o,
 	if (load_weights(&lc, cause) != 0)
 		goto fail;
 
-	m->rope_inv_freq = xreallocarray(NULL, m->info.n_rot / 2,
-	    sizeof *m->rope_inv_freq);
-	for (j = 0; j < m->info.n_rot / 2; j++) {
-		m->rope_inv_freq[j] = pow((double)m->info.rope_freq_base,
-		    -2.0 * j / m->info.n_rot);
-	}
+	arch_rope_setup(m);
 	summarize(m);
 	if (progress != NULL)
 		progress(arg, 1.0);
@@ -435,6 +421,13 @@ model_free(struct model *m)
 			qmat_free(l->w_down);
 			free(l->attn_norm);
 			free(l->ffn_norm);
+			free(l->bq);
+			free(l->bk);
+			free(l->bv);
+			free(l->q_norm);
+			free(l->k_norm);
+			free(l->post_attn_norm);
+			free(l->post_ffn_norm);
 		}
 		free(m->layers);
 	}
@@ -442,7 +435,12 @@ model_free(struct model *m)
 		qmat_free(m->output);
 	qmat_free(m->tok_embd);
 	free(m->output_norm);
-	free(m->rope_inv_freq);
+	free(m->output_bias);
+	free(m->rope_freqs);
+	free(m->rope_long);
+	free(m->rope_short);
+	free(m->rope[0].inv_freq);
+	free(m->rope[1].inv_freq);
 	if (m->tok != NULL)
 		tokenizer_free(m->tok);
 	free(m->name);
@@ -483,6 +481,7 @@ model_set_ctx(struct model *m, uint32_t n_ctx, char **cause)
 	}
 	m->info.n_ctx = n_ctx;
 	m->opts.ctx = (int)n_ctx;
+	arch_rope_setup(m);	/* LongRoPE picks its factors by context */
 	return (0);
 }
 

@@ -1,4 +1,4 @@
-/* model.h: a llama-architecture model loaded from GGUF, and its forward pass. */
+/* model.h: a transformer model loaded from GGUF (llama, qwen2, qwen3, gemma2, gemma3, phi3), and its forward pass. */
 #ifndef PHASED_MODEL_H
 #define PHASED_MODEL_H
 
@@ -32,7 +32,7 @@ struct model_opts {
 #define MODEL_MAX_BATCH_TOKENS	65536
 
 struct model_info {
-	const char	*arch;		/* "llama" */
+	const char	*arch;		/* "llama", "qwen2", "gemma3"... */
 	const char	*name;		/* general.name, or "" */
 	uint64_t	 n_params;
 	const char	*type_name;	/* the type holding most weights: "Q4_K" */
@@ -50,6 +50,8 @@ struct model_info {
 	float		 rope_freq_base;
 	float		 rms_eps;
 	struct kv_layout kv;		/* what the KV pools of this model hold */
+	uint32_t	 q_dim;		/* n_head * head_dim */
+	uint32_t	 n_swa;		/* sliding window of local layers; 0 = none */
 };
 
 /*
@@ -116,13 +118,62 @@ int		 model_batch_check(const struct model_info *,
 		    char **cause);
 
 /*
- * Internals shared by model.c and forward.c.
+ * NULL when the forward pass of every backend can run this model (the
+ * plain llama architecture); otherwise the first feature beyond it, for a
+ * backend that implements only that to name in its refusal.
  */
+const char	*model_beyond_llama(const struct model *);
+
+/*
+ * Internals shared by model.c, arch.c and forward.c.
+ */
+enum model_arch {
+	MODEL_ARCH_LLAMA,
+	MODEL_ARCH_QWEN2,
+	MODEL_ARCH_QWEN3,
+	MODEL_ARCH_GEMMA2,
+	MODEL_ARCH_GEMMA3,
+	MODEL_ARCH_PHI3
+};
+
+/* How an architecture's forward pass differs from plain llama. */
+struct model_hparams {
+	enum model_arch	 arch;
+	int		 rope_neox;	/* rotate halves, not adjacent pairs */
+	int		 ffn_gelu;	/* GELU (tanh) gate, not SiLU */
+	int		 post_norms;	/* norms after attention and after the FFN */
+	int		 qk_norm;	/* per-head RMSNorm of Q and K */
+	int		 qkv_bias;	/* biases on Q, K and V */
+	int		 fused;		/* attn_qkv and a gate+up ffn_up */
+	int		 tied_only;	/* the output head is always token_embd */
+	float		 embd_scale;	/* embeddings times this (1 = none) */
+	float		 q_scale;	/* queries times this before the scores */
+	float		 attn_softcap;	/* 0 = none */
+	float		 final_softcap;	/* 0 = none */
+	uint32_t	 swa_period;	/* local layers: l % period < period - 1,
+					   all when 0 (with a window) */
+	float		 rope_scale;	/* linear position scale of global layers */
+	float		 rope_attn_factor; /* cos and sin times this */
+	float		 rope_base_swa;	/* RoPE base of local layers */
+	float		 rope_scale_swa; /* their linear position scale */
+	uint32_t	 n_ctx_orig;	/* LongRoPE: long factors beyond this */
+};
+
+/* One RoPE table: per-pair inverse frequencies and the cos/sin factor. */
+struct model_rope {
+	double		*inv_freq;	/* n_rot / 2 */
+	float		 mscale;
+};
+
 struct model_layer {
 	struct qmat	*wq, *wk, *wv, *wo;
 	struct qmat	*w_gate, *w_up, *w_down;
 	float		*attn_norm;	/* n_embd */
 	float		*ffn_norm;	/* n_embd */
+	float		*bq, *bk, *bv;	/* q_dim, kv_dim, kv_dim or NULL */
+	float		*q_norm, *k_norm; /* head_dim or NULL */
+	float		*post_attn_norm, *post_ffn_norm; /* n_embd or NULL */
+	int		 swa;		/* a local (sliding-window) layer */
 };
 
 struct model {
@@ -135,7 +186,19 @@ struct model {
 	struct qmat		*output;	/* the same when tied */
 	float			*output_norm;
 	struct model_layer	*layers;
-	double			*rope_inv_freq;	/* n_rot / 2 */
+	float			*output_bias;	/* n_vocab or NULL */
+	struct model_hparams	 hp;
+	float			*rope_freqs;	/* n_rot / 2 factors or NULL */
+	float			*rope_long, *rope_short; /* LongRoPE or NULL */
+	struct model_rope	 rope[2];	/* global layers, local layers */
 };
+
+/* arch.c: the architectures' keys and their checks. */
+int		 arch_hparams(struct model *, char **cause);
+/* arch.c: (re)build the RoPE tables for the context in use. */
+void		 arch_rope_setup(struct model *);
+/* arch.c: the key "ARCH.suffix" of the model's architecture. */
+const char	*arch_key(const struct model *, const char *suffix, char *buf,
+		    size_t len);
 
 #endif

@@ -1,0 +1,420 @@
+/* test-arch.c: every architecture against llama.cpp's reference outputs, and its batch invariance. */
+
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvcache.h"
+#include "model.h"
+#include "tap.h"
+#include "testdata.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+
+#define MAXV		4096
+#define MAX_GREEDY	32
+#define MAX_PROMPT	64
+/*
+ * Logits must be within this times the largest reference logit.  The
+ * forward pass agrees with a float64 evaluation of these models to about
+ * 5e-7 of the largest logit; llama.cpp's own results sit up to 1.5e-3
+ * from that, so the bound leaves room for the reference's rounding.
+ */
+#define LOGIT_TOL	2e-3
+
+static const char *models[] = { "llama3", "mistral-hd", "qwen2", "qwen3",
+    "gemma2", "gemma3", "phi3" };
+static const char *want_arch[] = { "llama", "llama", "qwen2", "qwen3",
+    "gemma2", "gemma3", "phi3" };
+
+static char	 shared[1024];
+
+/* Index of the highest logit, ties to the lowest id. */
+static int32_t
+argmax(const float *l, int n)
+{
+	int32_t	best = 0;
+	int	i;
+
+	for (i = 1; i < n; i++) {
+		if (l[i] > l[best])
+			best = i;
+	}
+	return (best);
+}
+
+/* Forward n tokens of one sequence in chunks; logits of the last token. */
+static int
+prefill(const struct model *m, struct kv_pool *pool, struct kv_seq *seq,
+    const int32_t *tok, int n, int chunk, struct threadpool *tp, float *logits)
+{
+	struct fwd_entry	 e;
+	struct fwd_batch	 b = { &e, 1 };
+	char			*cause = NULL;
+	int			 i, c;
+
+	for (i = 0; i < n; i += c) {
+		c = n - i < chunk ? n - i : chunk;
+		if (kv_seq_reserve(pool, seq, c) != 0) {
+			diag("reserve failed");
+			return (-1);
+		}
+		e.seq = seq;
+		e.tokens = tok + i;
+		e.n_tokens = c;
+		e.logits = i + c == n ? logits : NULL;
+		if (model_forward(m, pool, &b, tp, &cause) != 0) {
+			diag("forward: %s", cause);
+			free(cause);
+			return (-1);
+		}
+	}
+	return (0);
+}
+
+/* Largest absolute value of an array. */
+static double
+maxabs(const float *a, int n)
+{
+	double	d = 0.0;
+	int	i;
+
+	for (i = 0; i < n; i++)
+		d = fabs(a[i]) > d ? fabs(a[i]) : d;
+	return (d);
+}
+
+/* Largest absolute difference of two arrays (infinite on NaN). */
+static double
+maxdiff(const float *a, const float *b, int n)
+{
+	double	d = 0.0, e;
+	int	i;
+
+	for (i = 0; i < n; i++) {
+		e = fabs((double)a[i] - b[i]);
+		if (isnan(e))
+			return (INFINITY);
+		d = e > d ? e : d;
+	}
+	return (d);
+}
+
+/* Load a model of models/arch or report why not. */
+static struct model *
+load(const char *name, int kv_f32, int block)
+{
+	struct model_opts	 o = { .n_threads = 2, .kv_type_f32 = kv_f32,
+				    .kv_block_size = block };
+	struct model		*m;
+	char			 path[1200], *cause = NULL;
+
+	snprintf(path, sizeof path, "%s/models/arch/%s.gguf", shared, name);
+	m = model_load(path, &o, NULL, NULL, &cause);
+	if (m == NULL) {
+		diag("%s: %s", path, cause);
+		free(cause);
+	}
+	return (m);
+}
+
+/*
+ * One reference case: the prompt's ids, its last logits within 1e-3 of
+ * the largest reference logit, and the greedy tokens (up to an end of
+ * generation, which is kept).  The prompt ids are returned for the
+ * invariance checks.
+ */
+static int
+check_case(const char *name, const struct model *m, struct kv_pool *pool,
+    const char *c, struct threadpool *tp, int32_t *ids_out)
+{
+	const struct tokenizer	*tok = model_tokenizer(m);
+	double			 pid[MAX_PROMPT], gr[MAX_GREEDY + 1], *ll;
+	float			*want, *logits;
+	int32_t			*ids = NULL, out[MAX_GREEDY], t;
+	size_t			 n_ids = 0;
+	struct kv_seq		 seq;
+	char			 prompt[256], *cause = NULL;
+	const char		*p, *q;
+	int			 np, ng, nl, nv = model_info(m)->n_vocab, i, n;
+	int			 same, tie;
+	double			 tol;
+
+	p = strstr(c, "\"prompt\"");
+	p = p != NULL ? strchr(p + 8, '"') : NULL;
+	q = p != NULL ? strchr(p + 1, '"') : NULL;
+	if (p == NULL || q == NULL || q - p - 1 >= (int)sizeof prompt) {
+		ok(0, "%s: case has a prompt", name);
+		return (-1);
+	}
+	memcpy(prompt, p + 1, q - p - 1);
+	prompt[q - p - 1] = '\0';
+	ll = malloc(MAXV * sizeof *ll);
+	want = malloc(MAXV * sizeof *want);
+	logits = malloc(MAXV * sizeof *logits);
+	np = json_numbers(c, "prompt_ids", pid, MAX_PROMPT);
+	ng = json_numbers(c, "greedy", gr, MAX_GREEDY + 1);
+	nl = json_numbers(c, "last_logits", ll, MAXV);
+	if (!ok(np > 0 && ng > 0 && nl == nv, "%s '%s': reference of %d ids, "
+	    "%d tokens, %d logits", name, prompt, np, ng, nl))
+		goto out;
+
+	if (tokenizer_encode(tok, prompt, strlen(prompt), 1, 0, &ids, &n_ids,
+	    &cause) != 0) {
+		ok(0, "%s '%s': encode: %s", name, prompt, cause);
+		free(cause);
+		goto out;
+	}
+	same = (int)n_ids == np;
+	for (i = 0; same && i < np; i++)
+		same = ids[i] == (int32_t)pid[i];
+	ok(same, "%s '%s': prompt ids equal llama.cpp's", name, prompt);
+	for (i = 0; i < np; i++)
+		ids_out[i] = (int32_t)pid[i];
+	ids_out[np] = -1;
+
+	for (i = 0; i < nl; i++)
+		want[i] = (float)ll[i];
+	memset(&seq, 0, sizeof seq);
+	if (prefill(m, pool, &seq, ids_out, np, np, tp, logits) != 0) {
+		ok(0, "%s '%s': prefill", name, prompt);
+		goto out;
+	}
+	tol = LOGIT_TOL * maxabs(want, nv);
+	ok(maxdiff(logits, want, nv) <= tol, "%s '%s': last logits within "
+	    "%.3g of llama.cpp's (max diff %.3g)", name, prompt, tol,
+	    maxdiff(logits, want, nv));
+	/*
+	 * Greedy tokens: equal, except that a step where llama.cpp's token
+	 * is within the tolerance of ours is a tie the two may break
+	 * differently, after which the continuations part.
+	 */
+	tie = -1;
+	for (n = 0; n < MAX_GREEDY; ) {
+		t = argmax(logits, nv);
+		if (n < ng && t != (int32_t)gr[n] && tie < 0 &&
+		    logits[t] - logits[(int32_t)gr[n]] <= tol) {
+			tie = n;
+			break;
+		}
+		out[n++] = t;
+		if (tokenizer_is_eog(tok, t))
+			break;
+		if (prefill(m, pool, &seq, &t, 1, 1, tp, logits) != 0)
+			break;
+	}
+	same = tie >= 0 ? 1 : n == ng;
+	for (i = 0; same && i < n; i++)
+		same = out[i] == (int32_t)gr[i];
+	if (tie >= 0)
+		diag("%s '%s': a near tie at token %d (%.3g apart) ends the "
+		    "comparison", name, prompt, tie, (double)(logits[t] -
+		    logits[(int32_t)gr[tie]]));
+	if (!ok(same, "%s '%s': greedy tokens equal llama.cpp's (%d of %d "
+	    "compared)", name, prompt, n, ng)) {
+		for (i = 0; i < n && i < ng && out[i] == (int32_t)gr[i]; i++)
+			;
+		diag("first difference at %d of %d/%d", i, n, ng);
+	}
+	kv_seq_release(pool, &seq);
+out:
+	free(ids);
+	free(ll);
+	free(want);
+	free(logits);
+	return (0);
+}
+
+/*
+ * Batch invariance on one architecture: a prompt grown past the sliding
+ * windows, whole, in chunks of 1 and 5, and in a ragged batch beside
+ * another sequence, must give bit-identical logits.
+ */
+static void
+check_invariance(const char *name, int kv_f32, int block,
+    struct threadpool *tp)
+{
+	struct model	*m = load(name, kv_f32, block);
+	struct kv_pool	*pool;
+	struct kv_seq	 seq, other;
+	struct fwd_entry e[2];
+	struct fwd_batch b;
+	int32_t		 prompt[80], oth[30];
+	float		 *ref, *l, *lo;
+	static const int chunks[] = { 1, 5 };
+	char		*cause = NULL;
+	int		 i, k, nv, same;
+
+	if (!ok(m != NULL, "%s loads (block %d)", name, block))
+		return;
+	nv = model_info(m)->n_vocab;
+	for (i = 0; i < 80; i++)
+		prompt[i] = (int32_t)((i * 53 + 7) % nv);
+	for (i = 0; i < 30; i++)
+		oth[i] = (int32_t)((i * 29 + 5) % nv);
+	ref = malloc(nv * sizeof *ref);
+	l = malloc(nv * sizeof *l);
+	lo = malloc(nv * sizeof *lo);
+	pool = model_kv_pool_create(m, 64, &cause);
+	memset(&seq, 0, sizeof seq);
+	prefill(m, pool, &seq, prompt, 80, 80, tp, ref);
+	kv_seq_release(pool, &seq);
+	for (k = 0; k < 2; k++) {
+		prefill(m, pool, &seq, prompt, 80, chunks[k], tp, l);
+		kv_seq_release(pool, &seq);
+		ok(memcmp(l, ref, nv * sizeof *l) == 0, "%s %s block %d: "
+		    "chunks of %d bit-identical (max diff %.3g)", name,
+		    kv_f32 ? "F32" : "F16", block, chunks[k],
+		    maxdiff(l, ref, nv));
+	}
+	/* 50 tokens first, then the last 30 beside another sequence. */
+	memset(&other, 0, sizeof other);
+	prefill(m, pool, &seq, prompt, 50, 50, tp, l);
+	kv_seq_reserve(pool, &other, 30);
+	kv_seq_reserve(pool, &seq, 30);
+	e[0] = (struct fwd_entry){ &other, oth, 30, lo };
+	e[1] = (struct fwd_entry){ &seq, prompt + 50, 30, l };
+	b.entries = e;
+	b.n_seqs = 2;
+	same = model_forward(m, pool, &b, tp, &cause) == 0;
+	if (!same) {
+		diag("%s", cause);
+		free(cause);
+	}
+	ok(same && memcmp(l, ref, nv * sizeof *l) == 0, "%s %s block %d: "
+	    "ragged batch bit-identical", name, kv_f32 ? "F32" : "F16", block);
+	kv_seq_release(pool, &seq);
+	kv_seq_release(pool, &other);
+	/* One thread gives the same. */
+	prefill(m, pool, &seq, prompt, 80, 7, NULL, l);
+	kv_seq_release(pool, &seq);
+	ok(memcmp(l, ref, nv * sizeof *l) == 0, "%s %s block %d: one thread "
+	    "bit-identical", name, kv_f32 ? "F32" : "F16", block);
+	is_int(kv_pool_used_blocks(pool), 0, "%s: all blocks back", name);
+	kv_pool_free(pool);
+	model_free(m);
+	free(ref);
+	free(l);
+	free(lo);
+}
+
+/*
+ * Load a copy of models/arch/NAME.gguf with the first occurrence of find
+ * replaced by with (same length); the load must fail naming want.
+ */
+static void
+refused(const char *name, const char *find, size_t flen, const char *with,
+    const char *want)
+{
+	struct model_opts	 o = { .n_threads = 1 };
+	struct model		*m;
+	char			 path[1200], out[1200], *buf, *p, *cause = NULL;
+	size_t			 len;
+	FILE			*f;
+
+	snprintf(path, sizeof path, "%s/models/arch/%s.gguf", shared, name);
+	if ((buf = slurp(path, &len)) == NULL ||
+	    (p = memmem(buf, len, find, flen)) == NULL) {
+		ok(0, "%s: '%s' found to patch", name, find);
+		free(buf);
+		return;
+	}
+	memcpy(p, with, flen);
+	snprintf(out, sizeof out, "%s/test-arch-%d.gguf",
+	    getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+	if ((f = fopen(out, "wb")) == NULL) {
+		ok(0, "%s: write %s", name, out);
+		free(buf);
+		return;
+	}
+	fwrite(buf, 1, len, f);
+	fclose(f);
+	free(buf);
+	m = model_load(out, &o, NULL, NULL, &cause);
+	ok(m == NULL, "%s patched: refused", name);
+	like(cause, want, "%s: error says %s", name, want);
+	free(cause);
+	model_free(m);
+	unlink(out);
+}
+
+/* refused() with the length of a literal that may hold NULs. */
+#define REFUSED(name, find, with, want) \
+	refused(name, find, sizeof(find) - 1, with, want)
+
+int
+main(void)
+{
+	struct threadpool	*tp;
+	struct model		*m;
+	struct kv_pool		*pool;
+	char			 path[1200], *doc, *cause = NULL;
+	const char		*c;
+	int32_t			 ids[MAX_PROMPT + 1];
+	size_t			 k;
+	int			 n;
+
+	snprintf(shared, sizeof shared, "%s", shared_dir());
+	snprintf(path, sizeof path, "%s/golden/arch/llama3.json", shared);
+	if ((doc = slurp(path, NULL)) == NULL)
+		skip_all("no %s", path);
+	free(doc);
+	tp = threadpool_create(2, NULL, &cause);
+	if (tp == NULL)
+		skip_all("threadpool: %s", cause);
+
+	for (k = 0; k < sizeof models / sizeof models[0]; k++) {
+		snprintf(path, sizeof path, "%s/golden/arch/%s.json", shared,
+		    models[k]);
+		doc = slurp(path, NULL);
+		if (!ok(doc != NULL, "%s: reference read", models[k]))
+			continue;
+		m = load(models[k], 1, 0);
+		if (!ok(m != NULL, "%s loads", models[k])) {
+			free(doc);
+			continue;
+		}
+		is_str(model_info(m)->arch, want_arch[k], "%s: architecture",
+		    models[k]);
+		pool = model_kv_pool_create(m, 16, &cause);
+		for (c = strstr(doc, "\"prompt\""), n = 0; c != NULL;
+		    c = strstr(c + 1, "\"prompt\""), n++)
+			check_case(models[k], m, pool, c, tp, ids);
+		is_int(n, 4, "%s: four reference cases", models[k]);
+		kv_pool_free(pool);
+		model_free(m);
+		free(doc);
+	}
+	for (k = 0; k < sizeof models / sizeof models[0]; k++) {
+		check_invariance(models[k], 1, 0, tp);
+		check_invariance(models[k], 0, 0, tp);
+	}
+	/* What each architecture needs, named when missing or wrong. */
+	REFUSED("qwen2", "general.architecture\x08\0\0\0\x05\0\0\0\0\0\0\0qwen2",
+	    "general.architecture\x08\0\0\0\x05\0\0\0\0\0\0\0qwen9",
+	    "unsupported architecture 'qwen9'");
+	REFUSED("qwen2", "blk.0.attn_k.bias", "blk.0.attn_k.bia_",
+	    "missing tensor 'blk.0.attn_k.bias'");
+	REFUSED("qwen3", "blk.1.attn_q_norm", "blk.1.attn_q_nor_",
+	    "missing tensor 'blk.1.attn_q_norm.weight'");
+	REFUSED("gemma2", "blk.0.post_ffw_norm", "blk.0.post_ffw_nor_",
+	    "missing tensor 'blk.0.post_ffw_norm.weight'");
+	REFUSED("gemma3", "blk.0.post_attention_norm", "blk.0.post_attention_nor_",
+	    "missing tensor 'blk.0.post_attention_norm.weight'");
+	REFUSED("phi3", "blk.0.attn_qkv", "blk.0.attn_qk_",
+	    "missing tensor 'blk.0.attn_q.weight'");
+	REFUSED("mistral-hd", "value_length\x04\0\0\0\x80", "value_length\x04\0\0\0\x40",
+	    "llama.attention.value_length 64 differs from the key length 128");
+
+	/* Blocks of 8 put a window of 8 across block boundaries. */
+	check_invariance("gemma2", 1, 8, tp);
+	check_invariance("gemma3", 0, 8, tp);
+
+	threadpool_destroy(tp);
+	done_testing();
+}
