@@ -448,14 +448,14 @@ model_beyond_llama(const struct model *m)
 	const struct model_info	*i = &m->info;
 
 	if (m->hp.arch != MODEL_ARCH_LLAMA)
-		return ("architecture");
+		return ("its own forward pass");
 	if (i->q_dim != i->n_embd)
-		return ("attention.key_length other than embedding_length / "
+		return ("an attention.key_length other than embedding_length / "
 		    "head_count");
 	if (m->rope_freqs != NULL || m->rope_long != NULL ||
 	    m->rope_short != NULL)
 		return ("rope frequency factors");
 	if (m->hp.rope_scale != 1.0f || m->hp.rope_attn_factor != 1.0f)
-		return ("rope scaling");
+		return ("rope scaling or an attention factor");
 	return (NULL);
 }

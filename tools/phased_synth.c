@@ -1,4 +1,4 @@
-/* synth.c: phased-synth, which writes Llama-shaped GGUF models with random weights. */
+/* synth.c: phased-synth, which writes GGUF models of a shape and architecture with random weights. */
 #include "config.h"
 
 #include <sys/stat.h>
@@ -44,6 +44,15 @@ static const struct shape shapes[] = {
 	{ "llama-3-8b", 4096, 14336, 32, 32, 8, 128256, 8192, 500000, 1e-5f, 0 },
 };
 
+/*
+ * The architectures phased-synth writes, with the tensors and keys
+ * llama.cpp's converter writes for each.
+ */
+enum synth_arch { SA_LLAMA, SA_LLAMA3, SA_QWEN2, SA_QWEN3, SA_GEMMA2,
+    SA_GEMMA3, SA_PHI3 };
+static const char *arch_names[] = { "llama", "llama3", "qwen2", "qwen3",
+    "gemma2", "gemma3", "phi3" };
+
 /* Pseudo-type for the usual Q4_K_M mix. */
 #define SYNTH_Q4_K_M	1000
 
@@ -70,7 +79,8 @@ struct gen {
 	uint64_t	 rows;
 	uint64_t	 cols;
 	uint32_t	 type;
-	int		 constant;	/* norm weights: all 1.0 */
+	int		 constant;	/* norm weights, factors: all value */
+	float		 value;
 };
 
 struct synth {
@@ -118,7 +128,7 @@ fill_row(uint64_t seed, const struct gen *g, uint64_t row, float *x)
 
 	if (g->constant) {
 		for (i = 0; i < g->cols; i++)
-			x[i] = 1.0f;
+			x[i] = g->value;
 		return;
 	}
 	st = seed ^ (g->idx << 40) ^ (row * 0x632be59bd9b4e019ULL);
@@ -235,7 +245,20 @@ add(struct gguf_writer *gw, struct synth *s, const char *name, uint64_t cols,
 	g->cols = cols;
 	g->type = t;
 	g->constant = rows == 0;
+	g->value = 1.0f;
 	s->n_gens++;
+}
+
+/* Add a vector of n floats: random (biases) or all value (norms, factors). */
+static void
+add_vec(struct gguf_writer *gw, struct synth *s, const char *name, uint64_t n,
+    int random, float value)
+{
+	int	fallbacks = 0;
+
+	add(gw, s, name, n, 0, TT_F32, &fallbacks);
+	s->gens[s->n_gens - 1].constant = !random;
+	s->gens[s->n_gens - 1].value = value;
 }
 
 /* Whether layer i of n gets the larger type in a _M mix (as llama.cpp picks). */
@@ -250,8 +273,8 @@ static __attribute__((noreturn)) void
 usage(void)
 {
 	fprintf(stderr, "usage: phased-synth --shape name --type type "
-	    "--vocab file.gguf [--seed n] [--layers n] [--threads n] "
-	    "-o out.gguf\n");
+	    "--vocab file.gguf [--arch name] [--window n] [--seed n] "
+	    "[--layers n] [--threads n] -o out.gguf\n");
 	exit(1);
 }
 
@@ -268,6 +291,8 @@ main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 'j' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "verbose", no_argument, NULL, 'V' },
+		{ "arch", required_argument, NULL, 'a' },
+		{ "window", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const struct shape	*sh = NULL;
@@ -285,6 +310,10 @@ main(int argc, char **argv)
 	uint32_t		 big;
 	int			 ch, threads = 2, fallbacks = 0, verbose = 0;
 	size_t			 k;
+	const char		*arch_name = "llama", *A;
+	enum synth_arch		 arch = SA_LLAMA;
+	uint32_t		 window = 0, hd, nrot;
+	char			 key[128];
 
 	log_init(1, 0, "phased-synth");
 	while ((ch = getopt_long(argc, argv, "o:V", opts, NULL)) != -1) {
@@ -322,6 +351,15 @@ main(int argc, char **argv)
 		case 'V':
 			verbose++;
 			break;
+		case 'a':
+			arch_name = optarg;
+			break;
+		case 'w':
+			if (parse_int(optarg, 1, UINT32_MAX, &v, "window",
+			    &cause) != 0)
+				fatalx("%s", cause);
+			window = v;
+			break;
 		default:
 			usage();
 		}
@@ -338,6 +376,16 @@ main(int argc, char **argv)
 	if (sh == NULL)
 		fatalx("unknown shape '%s' (stories260K, tiny256, "
 		    "tinyllama-1.1b, llama-3.2-1b, llama-3-8b)", shape_name);
+	for (k = 0; k < sizeof arch_names / sizeof arch_names[0]; k++) {
+		if (strcmp(arch_names[k], arch_name) == 0)
+			break;
+	}
+	if (k == sizeof arch_names / sizeof arch_names[0])
+		fatalx("unknown architecture '%s' (llama, llama3, qwen2, qwen3, "
+		    "gemma2, gemma3, phi3)", arch_name);
+	arch = (enum synth_arch)k;
+	if (window == 0)
+		window = arch == SA_GEMMA2 ? 4096 : 1024;
 	if (strcasecmp(type_name, "Q4_K_M") == 0)
 		type = SYNTH_Q4_K_M;
 	else {
@@ -367,23 +415,45 @@ main(int argc, char **argv)
 		shp.layers = layers;
 	kv_dim = shp.dim / shp.heads * shp.kv_heads;
 
+	hd = shp.dim / shp.heads;
+	/* Phi-4-mini turns three quarters of each head. */
+	nrot = arch == SA_PHI3 ? (hd * 3 / 4) & ~1U : hd;
+	A = arch == SA_LLAMA3 ? "llama" : arch_names[arch];
+#define KEY(suffix)	(snprintf(key, sizeof key, "%s." suffix, A), key)
 	gw = gguf_writer_new();
-	gguf_writer_add_str(gw, "general.architecture", "llama");
-	snprintf(name, sizeof name, "synthetic %s %s", shp.name, type_name);
+	gguf_writer_add_str(gw, "general.architecture", A);
+	snprintf(name, sizeof name, "synthetic %s %s %s", arch_name, shp.name,
+	    type_name);
 	gguf_writer_add_str(gw, "general.name", name);
 	gguf_writer_add_u32(gw, "general.file_type", file_type(type));
-	gguf_writer_add_u32(gw, "llama.context_length", shp.ctx);
-	gguf_writer_add_u32(gw, "llama.embedding_length", shp.dim);
-	gguf_writer_add_u32(gw, "llama.block_count", shp.layers);
-	gguf_writer_add_u32(gw, "llama.feed_forward_length", shp.hidden);
-	gguf_writer_add_u32(gw, "llama.attention.head_count", shp.heads);
-	gguf_writer_add_u32(gw, "llama.attention.head_count_kv", shp.kv_heads);
-	gguf_writer_add_f32(gw, "llama.rope.freq_base", shp.rope_base);
-	gguf_writer_add_f32(gw, "llama.attention.layer_norm_rms_epsilon",
+	gguf_writer_add_u32(gw, KEY("context_length"), shp.ctx);
+	gguf_writer_add_u32(gw, KEY("embedding_length"), shp.dim);
+	gguf_writer_add_u32(gw, KEY("block_count"), shp.layers);
+	gguf_writer_add_u32(gw, KEY("feed_forward_length"), shp.hidden);
+	gguf_writer_add_u32(gw, KEY("attention.head_count"), shp.heads);
+	gguf_writer_add_u32(gw, KEY("attention.head_count_kv"), shp.kv_heads);
+	gguf_writer_add_f32(gw, KEY("rope.freq_base"), shp.rope_base);
+	gguf_writer_add_f32(gw, KEY("attention.layer_norm_rms_epsilon"),
 	    shp.eps);
-	gguf_writer_add_u32(gw, "llama.rope.dimension_count",
-	    shp.dim / shp.heads);
-	gguf_writer_add_u32(gw, "llama.vocab_size", shp.vocab);
+	gguf_writer_add_u32(gw, KEY("rope.dimension_count"), nrot);
+	gguf_writer_add_u32(gw, KEY("vocab_size"), shp.vocab);
+	if (arch == SA_QWEN3 || arch == SA_GEMMA2 || arch == SA_GEMMA3) {
+		gguf_writer_add_u32(gw, KEY("attention.key_length"), hd);
+		gguf_writer_add_u32(gw, KEY("attention.value_length"), hd);
+	}
+	if (arch == SA_GEMMA2 || arch == SA_GEMMA3)
+		gguf_writer_add_u32(gw, KEY("attention.sliding_window"), window);
+	if (arch == SA_GEMMA2) {
+		gguf_writer_add_f32(gw, KEY("attn_logit_softcapping"), 50.0f);
+		gguf_writer_add_f32(gw, KEY("final_logit_softcapping"), 30.0f);
+	}
+	if (arch == SA_PHI3) {
+		/* LongRoPE: the long factors apply past half the context. */
+		gguf_writer_add_u32(gw, KEY("rope.scaling.original_context_length"),
+		    shp.ctx / 2);
+		gguf_writer_add_f32(gw, KEY("rope.scaling.attn_factor"), 1.1f);
+	}
+#undef KEY
 	for (i = 0; i < vf->n_kv; i++) {
 		if (strncmp(vf->kv[i].key, "tokenizer.", 10) == 0)
 			gguf_writer_copy_kv(gw, &vf->kv[i]);
@@ -398,7 +468,13 @@ main(int argc, char **argv)
 		type = TT_Q4_K;
 	add(gw, &s, "token_embd.weight", shp.dim, shp.vocab, big, &fallbacks);
 	add(gw, &s, "output_norm.weight", shp.dim, 0, TT_F32, &fallbacks);
-	if (!shp.tied)
+	if (arch == SA_LLAMA3)
+		add_vec(gw, &s, "rope_freqs.weight", nrot / 2, 0, 2.0f);
+	if (arch == SA_PHI3) {
+		add_vec(gw, &s, "rope_factors_long.weight", nrot / 2, 0, 4.0f);
+		add_vec(gw, &s, "rope_factors_short.weight", nrot / 2, 0, 1.0f);
+	}
+	if (!shp.tied && arch != SA_GEMMA2)
 		add(gw, &s, "output.weight", shp.dim, shp.vocab, big,
 		    &fallbacks);
 	for (i = 0; i < shp.layers; i++) {
@@ -406,22 +482,47 @@ main(int argc, char **argv)
 #define BLK(n)	(snprintf(name, sizeof name, "blk.%u." n, i), name)
 		add(gw, &s, BLK("attn_norm.weight"), shp.dim, 0, TT_F32,
 		    &fallbacks);
-		add(gw, &s, BLK("attn_q.weight"), shp.dim, shp.dim, type,
-		    &fallbacks);
-		add(gw, &s, BLK("attn_k.weight"), shp.dim, kv_dim, type,
-		    &fallbacks);
-		add(gw, &s, BLK("attn_v.weight"), shp.dim, kv_dim, attn_v,
-		    &fallbacks);
+		if (arch == SA_PHI3)
+			add(gw, &s, BLK("attn_qkv.weight"), shp.dim,
+			    shp.dim + 2 * kv_dim, type, &fallbacks);
+		else {
+			add(gw, &s, BLK("attn_q.weight"), shp.dim, shp.dim,
+			    type, &fallbacks);
+			add(gw, &s, BLK("attn_k.weight"), shp.dim, kv_dim,
+			    type, &fallbacks);
+			add(gw, &s, BLK("attn_v.weight"), shp.dim, kv_dim,
+			    attn_v, &fallbacks);
+		}
+		if (arch == SA_QWEN2) {
+			add_vec(gw, &s, BLK("attn_q.bias"), shp.dim, 1, 0);
+			add_vec(gw, &s, BLK("attn_k.bias"), kv_dim, 1, 0);
+			add_vec(gw, &s, BLK("attn_v.bias"), kv_dim, 1, 0);
+		}
+		if (arch == SA_QWEN3 || arch == SA_GEMMA3) {
+			add_vec(gw, &s, BLK("attn_q_norm.weight"), hd, 0, 1.0f);
+			add_vec(gw, &s, BLK("attn_k_norm.weight"), hd, 0, 1.0f);
+		}
 		add(gw, &s, BLK("attn_output.weight"), shp.dim, shp.dim, type,
 		    &fallbacks);
+		if (arch == SA_GEMMA2 || arch == SA_GEMMA3)
+			add_vec(gw, &s, BLK("post_attention_norm.weight"),
+			    shp.dim, 0, 1.0f);
 		add(gw, &s, BLK("ffn_norm.weight"), shp.dim, 0, TT_F32,
 		    &fallbacks);
-		add(gw, &s, BLK("ffn_gate.weight"), shp.dim, shp.hidden, type,
-		    &fallbacks);
-		add(gw, &s, BLK("ffn_up.weight"), shp.dim, shp.hidden, type,
-		    &fallbacks);
+		if (arch == SA_PHI3)
+			add(gw, &s, BLK("ffn_up.weight"), shp.dim,
+			    2 * shp.hidden, type, &fallbacks);
+		else {
+			add(gw, &s, BLK("ffn_gate.weight"), shp.dim,
+			    shp.hidden, type, &fallbacks);
+			add(gw, &s, BLK("ffn_up.weight"), shp.dim, shp.hidden,
+			    type, &fallbacks);
+		}
 		add(gw, &s, BLK("ffn_down.weight"), shp.hidden, shp.dim,
 		    ffn_down, &fallbacks);
+		if (arch == SA_GEMMA2 || arch == SA_GEMMA3)
+			add_vec(gw, &s, BLK("post_ffw_norm.weight"), shp.dim,
+			    0, 1.0f);
 #undef BLK
 	}
 	if (fallbacks != 0)
@@ -453,9 +554,9 @@ main(int argc, char **argv)
 	}
 	if (gguf_writer_close(gw, &size, &cause) != 0)
 		fatalx("%s", cause);
-	fprintf(stderr, "phased-synth: wrote %s: %s %s, %u layers, %" PRIu64
+	fprintf(stderr, "phased-synth: wrote %s: %s %s %s, %u layers, %" PRIu64
 	    " tensors, %" PRIu64 " bytes (%.1f MiB) in %.2f s\n", out,
-	    shp.name, type_name, shp.layers, s.n_gens, size,
+	    arch_name, shp.name, type_name, shp.layers, s.n_gens, size,
 	    size / 1048576.0, (now_ns() - t0) / 1e9);
 
 	gguf_writer_free(gw);

@@ -334,6 +334,7 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 	struct backend_inst	*bi;
 	int			 n_dev, dev = 0;
 	char			 what[64];
+	const char		*what_beyond;
 
 	n_dev = cuda_device_count();
 	if (n_dev < 1) {
@@ -351,6 +352,11 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 	if (dev < 0 || dev >= n_dev) {
 		set_cause(cause, "cuda: device %d out of range 0..%d", dev,
 		    n_dev - 1);
+		return (NULL);
+	}
+	if ((what_beyond = model_beyond_llama(m)) != NULL) {
+		set_cause(cause, "cuda: %s model needs %s, which this backend "
+		    "lacks (use the cpu backend)", mi->arch, what_beyond);
 		return (NULL);
 	}
 	if (mi->kv.block_size != KV_BLOCK) {

@@ -547,6 +547,48 @@ test_errors(const struct model *m, struct run *gpu, struct run *cpu)
 	free(cause);
 }
 
+/* Architectures the device kernels lack are refused at create, by name. */
+static void
+test_refused_arch(const char *shared)
+{
+	static const char	*names[] = { "qwen2", "gemma2", "mistral-hd",
+				    "llama3" };
+	static const char	*want[] = { "qwen2 model needs its own",
+				    "gemma2 model needs its own",
+				    "attention.key_length",
+				    "rope frequency factors" };
+	struct model_opts	 o = { .n_threads = 1 };
+	struct backend_config	 cfg;
+	struct backend_inst	*bi;
+	struct model		*m;
+	char			 path[1200], *cause = NULL;
+	int			 dev = 0;
+	size_t			 i;
+
+	cfg.devices = &dev;
+	cfg.n_devices = 1;
+	cfg.n_threads = 0;
+	for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+		snprintf(path, sizeof path, "%s/models/arch/%s.gguf", shared,
+		    names[i]);
+		if ((m = model_load(path, &o, NULL, NULL, &cause)) == NULL) {
+			diag("%s: %s", path, cause);
+			free(cause);
+			cause = NULL;
+			continue;
+		}
+		bi = backend_cuda_ops.create(m, &cfg, &cause);
+		ok(bi == NULL && cause != NULL &&
+		    strstr(cause, want[i]) != NULL, "cuda refuses %s (%s)",
+		    names[i], STR(cause));
+		if (bi != NULL)
+			backend_cuda_ops.destroy(bi);
+		free(cause);
+		cause = NULL;
+		model_free(m);
+	}
+}
+
 int
 main(void)
 {
@@ -591,6 +633,7 @@ main(void)
 	test_ragged(&gpu, &cpu, doc);
 	test_errors(m, &gpu, &cpu);
 	test_synth(shared);
+	test_refused_arch(shared);
 
 	run_stop(&gpu);
 	run_stop(&cpu);

@@ -343,6 +343,93 @@ refused(const char *name, const char *find, size_t flen, const char *with,
 	unlink(out);
 }
 
+/*
+ * Synthesize a model of an architecture with phased-synth (three layers
+ * of the tiny256 shape, a window of 4) and check it loads as that
+ * architecture, runs a prompt the same whole and in chunks, and decodes.
+ * Returns the prompt's logits at context ctx in out (n_vocab floats).
+ */
+static int
+synth_arch(const char *synth, const char *arch, const char *want, int ctx,
+    struct threadpool *tp, float *out)
+{
+	struct model_opts o = { .n_threads = 2, .ctx = ctx };
+	struct model	*m;
+	struct kv_pool	*pool;
+	struct kv_seq	 seq;
+	int32_t		 prompt[12] = { 1, 403, 407, 261, 378, 300, 291, 280,
+			    294, 262, 294, 433 }, t;
+	float		*l, *l1;
+	char		 cmd[4096], path[1200], *cause = NULL;
+	int		 good, st, nv;
+
+	snprintf(path, sizeof path, "%s/test-arch-synth-%d.gguf",
+	    getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+	snprintf(cmd, sizeof cmd, "'%s' --arch %s --shape tiny256 --type Q8_0 "
+	    "--layers 3 --window 4 --vocab '%s/models/stories260K.gguf' "
+	    "-o '%s' >/dev/null 2>&1", synth, arch, shared, path);
+	if (!ok(system(cmd) == 0, "phased-synth --arch %s", arch))
+		return (-1);
+	m = model_load(path, &o, NULL, NULL, &cause);
+	unlink(path);
+	if (!ok(m != NULL, "synthesized %s loads", arch)) {
+		diag("%s", cause);
+		free(cause);
+		return (-1);
+	}
+	is_str(model_info(m)->arch, want, "synthesized %s: architecture",
+	    arch);
+	nv = model_info(m)->n_vocab;
+	l = malloc(nv * sizeof *l);
+	l1 = malloc(nv * sizeof *l1);
+	pool = model_kv_pool_create(m, 8, &cause);
+	memset(&seq, 0, sizeof seq);
+	good = prefill(m, pool, &seq, prompt, 12, 12, tp, l1) == 0;
+	kv_seq_release(pool, &seq);
+	good &= prefill(m, pool, &seq, prompt, 12, 5, tp, l) == 0;
+	ok(good && memcmp(l, l1, nv * sizeof *l) == 0,
+	    "synthesized %s: chunked prefill bit-identical", arch);
+	memcpy(out, l, nv * sizeof *l);
+	for (st = 0; st < 8 && good; st++) {
+		t = argmax(l, nv);
+		good &= isfinite(l[t]);
+		good &= prefill(m, pool, &seq, &t, 1, 1, tp, l) == 0;
+	}
+	ok(good, "synthesized %s: 8 decode steps", arch);
+	kv_seq_release(pool, &seq);
+	kv_pool_free(pool);
+	model_free(m);
+	free(l);
+	free(l1);
+	return (0);
+}
+
+/* Every architecture phased-synth writes, if it is built. */
+static void
+test_synth(struct threadpool *tp)
+{
+	static const char *arches[] = { "llama", "llama3", "qwen2", "qwen3",
+	    "gemma2", "gemma3", "phi3" };
+	const char	*bdir = getenv("top_builddir");
+	char		 synth[1200];
+	float		 a[MAXV], b[MAXV];
+	size_t		 i;
+
+	snprintf(synth, sizeof synth, "%s/phased-synth", bdir ? bdir : ".");
+	if (access(synth, X_OK) != 0) {
+		diag("no %s: synthesized architectures not tested", synth);
+		return;
+	}
+	for (i = 0; i < sizeof arches / sizeof arches[0]; i++)
+		synth_arch(synth, arches[i], strcmp(arches[i], "llama3") == 0 ?
+		    "llama" : arches[i], 0, tp, a);
+	/* LongRoPE: past the original context (256) the long factors turn. */
+	if (synth_arch(synth, "phi3", "phi3", 256, tp, a) == 0 &&
+	    synth_arch(synth, "phi3", "phi3", 512, tp, b) == 0)
+		ok(memcmp(a, b, 512 * sizeof *a) != 0, "phi3: a context past "
+		    "the original one changes the rope factors");
+}
+
 /* refused() with the length of a literal that may hold NULs. */
 #define REFUSED(name, find, with, want) \
 	refused(name, find, sizeof(find) - 1, with, want)
@@ -414,6 +501,7 @@ main(void)
 	/* Blocks of 8 put a window of 8 across block boundaries. */
 	check_invariance("gemma2", 1, 8, tp);
 	check_invariance("gemma3", 0, 8, tp);
+	test_synth(tp);
 
 	threadpool_destroy(tp);
 	done_testing();
