@@ -21,6 +21,7 @@ struct arch_desc {
 	enum model_arch	 id;
 	int		 rope_neox, ffn_gelu, post_norms, qk_norm, qkv_bias;
 	int		 fused, tied_only, embd_scaled;
+	int		 swa;		/* reads attention.sliding_window */
 	uint32_t	 swa_period;	/* default local/global pattern */
 };
 
@@ -32,11 +33,12 @@ static const struct arch_desc arches[] = {
 	  .qk_norm = 1 },
 	{ .name = "gemma2", .id = MODEL_ARCH_GEMMA2, .rope_neox = 1,
 	  .ffn_gelu = 1, .post_norms = 1, .tied_only = 1, .embd_scaled = 1,
-	  .swa_period = 2 },
+	  .swa = 1, .swa_period = 2 },
 	{ .name = "gemma3", .id = MODEL_ARCH_GEMMA3, .rope_neox = 1,
 	  .ffn_gelu = 1, .post_norms = 1, .qk_norm = 1, .embd_scaled = 1,
-	  .swa_period = 6 },
-	{ .name = "phi3", .id = MODEL_ARCH_PHI3, .rope_neox = 1, .fused = 1 },
+	  .swa = 1, .swa_period = 6 },
+	{ .name = "phi3", .id = MODEL_ARCH_PHI3, .rope_neox = 1, .fused = 1,
+	  .swa = 1 },
 };
 
 /* The key "ARCH.suffix" of the model's architecture. */
@@ -199,7 +201,9 @@ attn_extras(struct model *m, const struct arch_desc *d, char **cause)
 	default:
 		break;
 	}
-	if (get_u32_opt(m, "attention.sliding_window", &i->n_swa, cause) != 0)
+	/* llama, qwen2 and qwen3 attend to the whole context, as llama.cpp. */
+	if (d->swa &&
+	    get_u32_opt(m, "attention.sliding_window", &i->n_swa, cause) != 0)
 		return (-1);
 	if (i->n_swa != 0 &&
 	    (get_u32_opt(m, "attention.sliding_window_pattern",
@@ -457,5 +461,7 @@ model_beyond_llama(const struct model *m)
 		return ("rope frequency factors");
 	if (m->hp.rope_scale != 1.0f || m->hp.rope_attn_factor != 1.0f)
 		return ("rope scaling or an attention factor");
+	if (m->output_bias != NULL)
+		return ("an output bias");
 	return (NULL);
 }

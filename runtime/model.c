@@ -36,7 +36,7 @@ load_progress(struct load_ctx *lc, uint64_t bytes)
 
 /* Find a tensor and check its shape; cause names it when absent or wrong. */
 static const struct gguf_tensor *
-get_tensor(const struct model *m, const char *name, uint32_t n_dims,
+get_tensor(struct model *m, const char *name, uint32_t n_dims,
     uint64_t ne0, uint64_t ne1, char **cause)
 {
 	const struct gguf_tensor	*t;
@@ -49,6 +49,8 @@ get_tensor(const struct model *m, const char *name, uint32_t n_dims,
 	}
 	if (gguf_tensor_check(t, n_dims, ne, cause) != 0)
 		return (NULL);
+	if (m->tensor_used != NULL)
+		m->tensor_used[t - m->gguf->tensors] = 1;
 	return (t);
 }
 
@@ -241,6 +243,7 @@ load_weights(struct load_ctx *lc, char **cause)
 	struct model_info	*i = &m->info;
 	const struct gguf_tensor *t;
 	uint32_t		 n;
+	uint64_t		 k;
 	char			 key[128];
 
 	t = gguf_find_tensor(m->gguf, "token_embd.weight");
@@ -281,7 +284,7 @@ load_weights(struct load_ctx *lc, char **cause)
 	if (m->output_norm == NULL)
 		return (-1);
 	if (m->hp.tied_only)
-		m->output = m->tok_embd;	/* gemma2 ignores output.weight */
+		m->output = m->tok_embd;	/* gemma2: always token_embd */
 	else if (gguf_find_tensor(m->gguf, "output.weight") != NULL) {
 		m->output = load_matrix(lc, "output.weight", i->n_embd,
 		    i->n_vocab, cause);
@@ -316,6 +319,29 @@ load_weights(struct load_ctx *lc, char **cause)
 	for (n = 0; n < i->n_layers; n++) {
 		if (load_layer(lc, n, cause) != 0)
 			return (-1);
+	}
+	/*
+	 * A layer tensor or a bias the architecture has no use for would
+	 * change the results if it were skipped, so it is refused (as
+	 * llama.cpp refuses any unused tensor); other extras are skipped.
+	 */
+	for (k = 0; k < m->gguf->n_tensors; k++) {
+		const char *tn = m->gguf->tensors[k].name;
+		size_t	    tl = strlen(tn);
+
+		if (m->tensor_used[k])
+			continue;
+		if (strncmp(tn, "blk.", 4) != 0 &&
+		    !(tl > 5 && strcmp(tn + tl - 5, ".bias") == 0)) {
+			log_debug("tensor '%s' is not used", tn);
+			continue;
+		}
+		set_cause(cause, "tensor '%s' (%s) is not part of the %s "
+		    "architecture", tn,
+		    tensor_type_name(m->gguf->tensors[k].type) != NULL ?
+		    tensor_type_name(m->gguf->tensors[k].type) : "unknown",
+		    i->arch);
+		return (-1);
 	}
 	return (0);
 }
@@ -383,8 +409,11 @@ model_load(const char *path, const struct model_opts *o,
 	lc.arg = arg;
 	for (i = 0; i < m->gguf->n_tensors; i++)
 		lc.total += m->gguf->tensors[i].nbytes;
+	m->tensor_used = xcalloc(m->gguf->n_tensors + 1, 1);
 	if (load_weights(&lc, cause) != 0)
 		goto fail;
+	free(m->tensor_used);
+	m->tensor_used = NULL;
 
 	arch_rope_setup(m);
 	summarize(m);
@@ -436,6 +465,7 @@ model_free(struct model *m)
 	qmat_free(m->tok_embd);
 	free(m->output_norm);
 	free(m->output_bias);
+	free(m->tensor_used);
 	free(m->rope_freqs);
 	free(m->rope_long);
 	free(m->rope_short);

@@ -191,6 +191,7 @@ struct model {
 	float			*rope_freqs;	/* n_rot / 2 factors or NULL */
 	float			*rope_long, *rope_short; /* LongRoPE or NULL */
 	struct model_rope	 rope[2];	/* global layers, local layers */
+	uint8_t			*tensor_used;	/* while loading: per tensor */
 };
 
 /* arch.c: the architectures' keys and their checks. */

@@ -86,6 +86,24 @@ for k in ("prompt_ms", "ttft_ms", "decode_ms", "prompt_tps", "output_tps"):
 rc, out, err = d.ctl("generate", "stories", "--max-tokens", "200", "--temp", "0", "Once upon a time")
 ok(rc == 0 and out.rstrip("\n") == golden["greedy_text"], "streamed text equals the golden text", out[:200])
 
+# Every architecture of models/arch: models shows it, and greedy tokens
+# through the daemon equal llama.cpp's for the first reference prompt.
+for name, arch in [("llama3", "llama"), ("mistral-hd", "llama"), ("qwen2", "qwen2"),
+                   ("qwen3", "qwen3"), ("gemma2", "gemma2"), ("gemma3", "gemma3"),
+                   ("phi3", "phi3")]:
+    path = os.path.join(SHARED, "models", "arch", name + ".gguf")
+    ref = json.load(open(os.path.join(SHARED, "golden", "arch", name + ".json")))["cases"][0]
+    rc, out, err = d.ctl("load", name, path, "kv=f32")
+    ok(rc == 0, "load %s" % name, err)
+    ok(models(d)[name]["arch"] == arch, "%s: models shows architecture %s" % (name, arch),
+       models(d)[name]["arch"])
+    rc, toks, final, err = gen_json(d, name, ref["prompt"], "--max-tokens", "32", "--temp", "0")
+    # The daemon does not stream the end-of-generation token the reference keeps.
+    want = ref["greedy"][:len(toks)]
+    ok(rc == 0 and toks == want and len(toks) >= len(ref["greedy"]) - 1,
+       "%s: greedy tokens through the daemon equal llama.cpp's" % name, (toks, ref["greedy"]))
+    d.ctl("unload", name)
+
 # Solo reference tokens for each prompt.
 solo = {}
 for p in PROMPTS:

@@ -304,7 +304,7 @@ check_invariance(const char *name, int kv_f32, int block,
 }
 
 /*
- * Load a copy of models/arch/NAME.gguf with the first occurrence of find
+ * Load a copy of models/arch/NAME.gguf with every occurrence of find
  * replaced by with (same length); the load must fail naming want.
  */
 static void
@@ -324,7 +324,11 @@ refused(const char *name, const char *find, size_t flen, const char *with,
 		free(buf);
 		return;
 	}
-	memcpy(p, with, flen);
+	/* Every occurrence, so that a key prefix changes everywhere. */
+	do {
+		memcpy(p, with, flen);
+		p = memmem(p + flen, len - (p + flen - buf), find, flen);
+	} while (p != NULL);
 	snprintf(out, sizeof out, "%s/test-arch-%d.gguf",
 	    getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
 	if ((f = fopen(out, "wb")) == NULL) {
@@ -495,6 +499,8 @@ main(void)
 	    "missing tensor 'blk.0.post_attention_norm.weight'");
 	REFUSED("phi3", "blk.0.attn_qkv", "blk.0.attn_qk_",
 	    "missing tensor 'blk.0.attn_q.weight'");
+	REFUSED("qwen2", "qwen2", "llama", "tensor 'blk.0.attn_q.bias' (F32) "
+	    "is not part of the llama architecture");
 	REFUSED("mistral-hd", "value_length\x04\0\0\0\x80", "value_length\x04\0\0\0\x40",
 	    "llama.attention.value_length 64 differs from the key length 128");
 
