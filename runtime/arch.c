@@ -328,9 +328,12 @@ arch_hparams(struct model *m, char **cause)
 			return (-1);
 		}
 		i->head_dim = i->n_embd / i->n_head;
-		if (check_range(m, "head dimension", i->head_dim, 2,
-		    MODEL_MAX_HEAD_DIM, cause) != 0)
+		if (i->head_dim < 2 || i->head_dim > MODEL_MAX_HEAD_DIM) {
+			set_cause(cause, "head dimension %u (%s.embedding_length "
+			    "/ head_count) out of range 2..%d", i->head_dim,
+			    i->arch, MODEL_MAX_HEAD_DIM);
 			return (-1);
+		}
 	}
 	if (i->n_head % i->n_head_kv != 0) {
 		set_cause(cause, "%s.attention.head_count_kv %u does not divide "
