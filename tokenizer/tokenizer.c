@@ -477,7 +477,7 @@ load_special(struct tokenizer *t, const struct gguf_file *gf, char **cause)
 			    strlen(ids[i].spm_default));
 	}
 
-	t->add_bos = t->kind == TOK_SPM;
+	t->add_bos = t->kind == TOK_SPM || (t->pre_flags & TOK_PRE_BOS);
 	t->add_eos = 0;
 	t->add_space_prefix = t->kind == TOK_SPM;
 	if (read_bool(gf, "tokenizer.ggml.add_bos_token", &t->add_bos, cause) != 0 ||

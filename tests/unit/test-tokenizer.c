@@ -459,6 +459,35 @@ test_gpt2(void)
 	tokenizer_free(t);
 }
 
+/*
+ * The other shared BPE vocabularies, each with its own pre-tokenizer:
+ * deepseek-llm's six passes and falcon's three.
+ */
+static void
+test_bpe_vocabs(void)
+{
+	static const struct {
+		const char	*file;
+		int		 n_vocab;
+	} v[] = {
+		{ "ggml-vocab-deepseek-llm.gguf", 102400 },
+		{ "ggml-vocab-falcon.gguf", 65024 },
+	};
+	struct tokenizer	*t;
+	char			 rel[256];
+	size_t			 i;
+
+	for (i = 0; i < sizeof v / sizeof v[0]; i++) {
+		snprintf(rel, sizeof rel, "vocab/%s", v[i].file);
+		t = load_shared(rel);
+		if (!ok(t != NULL, "%s: load", v[i].file))
+			continue;
+		is_int(tokenizer_n_vocab(t), v[i].n_vocab, "%s: n_vocab", v[i].file);
+		run_vectors(t, v[i].file, 0);
+		tokenizer_free(t);
+	}
+}
+
 /* stories260K's 512-token vocabulary against the golden prompt. */
 static void
 test_stories(void)
@@ -815,7 +844,7 @@ check_split(enum tok_pre pre, const char *text, const char *want)
 	char	 got[256];
 	size_t	*ends, n, i, o = 0, start = 0;
 
-	n = tok_bpe_split(pre, text, strlen(text), &ends);
+	n = tok_pre_split(pre, text, strlen(text), &ends);
 	for (i = 0; i < n && o + (ends[i] - start) + 2 < sizeof got; i++) {
 		if (i > 0)
 			got[o++] = '|';
@@ -1025,6 +1054,7 @@ main(void)
 
 	test_spm();
 	test_gpt2();
+	test_bpe_vocabs();
 	test_stories();
 	test_tiny();
 	test_split();
