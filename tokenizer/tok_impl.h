@@ -47,6 +47,7 @@ struct tok_entry {
 	float		score;
 	uint8_t		type;		/* TOKEN_TYPE_* */
 	uint8_t		byte;		/* the byte of a TOKEN_TYPE_BYTE token */
+	uint8_t		rstrip;		/* matched as a special token, eats the spaces after it */
 };
 
 /* A BPE merge in the open-addressing table, keyed by the pair of ids. */

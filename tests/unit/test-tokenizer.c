@@ -686,6 +686,7 @@ enum {
 	BAD_NO_TOKENS,
 	BAD_BOS_STRING,
 	BAD_ADD_BOS_INT,
+	VAR_PHI3,		/* valid, named like a Phi-3 model */
 };
 
 static const char *const tiny_tokens[] = {
@@ -714,6 +715,8 @@ tiny_spm(int bad, size_t *len)
 		types[i] = tiny_types[i];
 	}
 	gw_kv_str(&g, "general.architecture", "llama");
+	if (bad == VAR_PHI3)
+		gw_kv_str(&g, "general.name", "Phi-3-mini-4k-instruct");
 	gw_kv_str(&g, "tokenizer.ggml.model", bad == BAD_MODEL ? "bert" : "llama");
 	if (bad == BAD_BYTE_TEXT) {
 		gw_kv_strs(&g, "tokenizer.ggml.tokens", bad_byte, 2);
@@ -849,6 +852,36 @@ test_tiny(void)
 		free(ids);
 		ids = enc(t, "\xff", 1, 0, 0, &n);
 		ok(n == 2 && ids[1] == 0, "tiny spm: byte without a token is unknown");
+		free(ids);
+	} else
+		diag("%s", cause);
+	tokenizer_free(t);
+	free(cause);
+	free(buf);
+
+	/* Phi-3's special tokens eat the whitespace after them; others do not. */
+	buf = tiny_spm(VAR_PHI3, &len);
+	t = load_mem(buf, len, &cause);
+	if (ok(t != NULL, "tiny phi-3: loads")) {
+		ids = enc(t, "a<c>\n b<|u|> \tb", 15, 0, 1, &n);
+		is_ids(ids, n, (const int32_t[]){ 10, 14, 7, 9, 13, 7, 9 }, 7,
+		    "tiny phi-3: whitespace after special tokens stripped");
+		free(ids);
+		ids = enc(t, "<s> a", 5, 0, 1, &n);
+		is_ids(ids, n, (const int32_t[]){ 1, 7, 10 }, 3,
+		    "tiny phi-3: <s> keeps the space after it");
+		free(ids);
+	} else
+		diag("%s", cause);
+	tokenizer_free(t);
+	free(cause);
+	free(buf);
+	buf = tiny_spm(BAD_NONE, &len);
+	t = load_mem(buf, len, &cause);
+	if (ok(t != NULL, "tiny spm: loads again")) {
+		ids = enc(t, "a<c> b", 6, 0, 1, &n);
+		is_ids(ids, n, (const int32_t[]){ 10, 14, 7, 7, 9 }, 5,
+		    "tiny spm: other models keep the space after a special token");
 		free(ids);
 	} else
 		diag("%s", cause);
