@@ -35,6 +35,7 @@ struct cps {
 	uint32_t	*cp;
 	uint8_t		*cl;
 	uint32_t	*off;		/* n + 1 entries */
+	uint32_t	*space_end;	/* where the whitespace run from each one ends */
 	size_t		 n;
 };
 
@@ -107,6 +108,10 @@ cps_build(struct cps *x, const unsigned char *u, size_t len)
 		x->off[x->n++] = i;
 	}
 	x->off[x->n] = len;
+	x->space_end = xreallocarray(NULL, x->n + 1, sizeof *x->space_end);
+	x->space_end[x->n] = x->n;
+	for (i = x->n; i-- > 0; )
+		x->space_end[i] = x->cl[i] & CL_SPACE ? x->space_end[i + 1] : i;
 }
 
 /* Free what cps_build allocated. */
@@ -116,6 +121,7 @@ cps_free(struct cps *x)
 	free(x->cp);
 	free(x->cl);
 	free(x->off);
+	free(x->space_end);
 }
 
 #define HAS(x, i, m)	((x)->cl[i] & (m))
@@ -456,11 +462,11 @@ m_newline(const struct cps *x, size_t i, size_t end)
 	return (IS_NL(x, i) ? i + 1 : i);
 }
 
-/* \s+$ */
+/* \s+$ (in constant time, as the passes try it at every code point) */
 static size_t
 m_trailing_space(const struct cps *x, size_t i, size_t end)
 {
-	return (run(x, i, end, CL_SPACE) == end ? end : i);
+	return (HAS(x, i, CL_SPACE) && x->space_end[i] >= end ? end : i);
 }
 
 /* An optional whitespace character, then a run of code points in the ranges. */

@@ -1150,6 +1150,40 @@ test_split(void)
 			check_split_named(split_want[i].pre, split_want[i].name,
 			    split_in[k], split_want[i].want[k]);
 	}
+	/* Random text: every rule's words cover it exactly, none empty. */
+	static const char *const bits[] = {
+		" ", "  ", "\n", "\r\n", "\t", "a", "Zz", "'s", "'LL", "7", "42",
+		"\xe4\xb8\xad", "\xe3\x82\xab", "\xea\xb0\x80", "\xcc\x81",
+		"\xc3\x89", "\xf0\x9f\xa6\x99", "!", "...", "$", "/", "\xff",
+		"\xe3\x80\x80", "\xef\xbc\x81", "\xd9\xa3",
+	};
+	uint32_t	 x = 12345;
+	size_t		*ends, nw, w, bad = 0, round, tl;
+	char		 text[512];
+	int		 pre;
+
+	for (pre = 0; pre < TOK_PRE_COUNT; pre++) {
+		for (round = 0; round < 200; round++) {
+			for (tl = 0; tl < sizeof text - 8; ) {
+				x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+				if (x % 23 == 0)
+					break;
+				k = strlen(bits[x % (sizeof bits / sizeof bits[0])]);
+				memcpy(text + tl, bits[x % (sizeof bits / sizeof bits[0])], k);
+				tl += k;
+			}
+			nw = tok_pre_split((enum tok_pre)pre, text, tl, &ends);
+			for (w = 0; w < nw; w++) {
+				if (ends[w] <= (w ? ends[w - 1] : 0))
+					break;
+			}
+			if (w != nw || (tl > 0 ? nw == 0 || ends[nw - 1] != tl : nw != 0))
+				bad++;
+			free(ends);
+		}
+	}
+	is_int(bad, 0, "pre: words of random text cover it exactly, for every rule");
+
 	check_split(TOK_PRE_GPT2, "Hello world", "Hello| world");
 	check_split(TOK_PRE_GPT2, "   Hello", "  | Hello");
 	check_split(TOK_PRE_GPT2, "I'm x'RE", "I|'m| x|'|RE");
