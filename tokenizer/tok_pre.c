@@ -293,7 +293,7 @@ struct modern {
 	int	cased;		/* words split where lower case turns upper */
 	int	suffix;		/* a cased word takes a contraction after it */
 	int	digits;		/* most digits in a number, 0: no limit */
-	int	slash;		/* punctuation is followed by [\r\n/]*, not [\r\n]* */
+	int	tail;		/* after punctuation: 0 nothing, 1 [\r\n]*, 2 [\r\n/]* */
 };
 
 /*
@@ -362,7 +362,8 @@ modern(const struct modern *m, const struct cps *x, size_t i, size_t end)
 	if (m->word & CL_MARK)
 		not |= CL_MARK;
 	if ((j = other_run(x, i, end, not, 1)) != i) {
-		while (j < end && (IS_NL(x, j) || (m->slash && x->cp[j] == '/')))
+		while (m->tail && j < end &&
+		    (IS_NL(x, j) || (m->tail == 2 && x->cp[j] == '/')))
 			j++;
 		return (j);
 	}
@@ -371,11 +372,13 @@ modern(const struct modern *m, const struct cps *x, size_t i, size_t end)
 	return (space_run(x, i, end));
 }
 
-static const struct modern mod_llama3 = { 1, CL_LETTER, 0, 0, 3, 0 };
-static const struct modern mod_qwen2 = { 1, CL_LETTER, 0, 0, 1, 0 };
-static const struct modern mod_qwen35 = { 1, CL_LETTER | CL_MARK, 0, 0, 1, 0 };
-static const struct modern mod_tekken = { 0, 0, 1, 0, 1, 1 };
-static const struct modern mod_gpt4o = { 0, 0, 1, 1, 3, 1 };
+static const struct modern mod_llama3 = { 1, CL_LETTER, 0, 0, 3, 1 };
+static const struct modern mod_qwen2 = { 1, CL_LETTER, 0, 0, 1, 1 };
+static const struct modern mod_qwen35 = { 1, CL_LETTER | CL_MARK, 0, 0, 1, 1 };
+static const struct modern mod_tekken = { 0, 0, 1, 0, 1, 2 };
+static const struct modern mod_gpt4o = { 0, 0, 1, 1, 3, 2 };
+static const struct modern mod_minicpm5 = { 1, CL_LETTER, 0, 0, 0, 1 };
+static const struct modern mod_seed_coder = { 1, CL_LETTER, 0, 0, 1, 0 };
 
 /* Llama 3: digits in threes. */
 static size_t
@@ -413,6 +416,20 @@ static size_t
 m_gpt4o(const struct cps *x, size_t i, size_t end)
 {
 	return (modern(&mod_gpt4o, x, i, end));
+}
+
+/* MiniCPM 5: the Llama 3 split with numbers whole (after a pass of \p{N}{1,3}). */
+static size_t
+m_minicpm5(const struct cps *x, size_t i, size_t end)
+{
+	return (modern(&mod_minicpm5, x, i, end));
+}
+
+/* Seed-Coder: Qwen 2's split without newlines after punctuation. */
+static size_t
+m_seed_coder(const struct cps *x, size_t i, size_t end)
+{
+	return (modern(&mod_seed_coder, x, i, end));
 }
 
 /* \p{N} */
@@ -699,6 +716,8 @@ static const match_fn rules[TOK_PRE_COUNT][PASSES_MAX] = {
 	[TOK_PRE_GPT4O] = { m_gpt4o },
 	[TOK_PRE_BLOOM] = { m_bloom },
 	[TOK_PRE_VIKING] = { m_bloom, m_digit },
+	[TOK_PRE_MINICPM5] = { m_digits3, m_minicpm5 },
+	[TOK_PRE_SEED_CODER] = { m_seed_coder },
 };
 
 /*
@@ -791,6 +810,11 @@ static const struct tok_pre_name names[] = {
 	{ "hunyuan", TOK_PRE_QWEN2, 0 },
 	{ "solar-open", TOK_PRE_QWEN2, 0 },
 	{ "grok-2", TOK_PRE_QWEN2, 0 },
+	{ "bailingmoe", TOK_PRE_QWEN2, 0 },
+	{ "bailingmoe2", TOK_PRE_QWEN2, 0 },
+	{ "llada-moe", TOK_PRE_QWEN2, 0 },
+	{ "seed-coder", TOK_PRE_SEED_CODER, 0 },
+	{ "minicpm5", TOK_PRE_MINICPM5, TOK_PRE_WHOLE_WORDS },
 	{ "qwen35", TOK_PRE_QWEN35, 0 },
 	{ "deepseek-llm", TOK_PRE_DEEPSEEK_LLM, 0 },
 	{ "deepseek-coder", TOK_PRE_DEEPSEEK_CODER, 0 },
