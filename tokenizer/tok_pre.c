@@ -54,6 +54,20 @@ classify(uint32_t cp)
 {
 	uint8_t	c = 0;
 
+	/* ASCII without the table searches, as most text is ASCII. */
+	if (cp < 0x80) {
+		if (cp >= 'a' && cp <= 'z')
+			return (CL_LETTER | CL_LOWER);
+		if (cp >= 'A' && cp <= 'Z')
+			return (CL_LETTER | CL_UPPER);
+		if (cp >= '0' && cp <= '9')
+			return (CL_NUMBER);
+		if (cp == ' ' || (cp >= '\t' && cp <= '\r'))
+			return (CL_SPACE);
+		if (cp < 0x20 || cp == 0x7f)
+			return (0);
+		return (strchr("$+<=>^`|~", (int)cp) != NULL ? CL_SYMBOL : CL_PUNCT);
+	}
 	/* An invalid byte reads as U+FFFD, a symbol. */
 	if (cp == UC_INVALID)
 		return (CL_SYMBOL);
