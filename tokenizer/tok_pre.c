@@ -737,11 +737,12 @@ static const match_fn rules[TOK_PRE_COUNT][PASSES_MAX] = {
 /*
  * One pass: split each piece [s, e) of the code points by a pattern, its
  * matches and what lies between them each becoming a piece.  Pieces are
- * given and returned as the code point index each ends at.
+ * given and returned as the code point index each ends at (the input is
+ * far below 4 GiB, so 32 bits hold one).
  */
 static size_t
-pass(const struct cps *x, match_fn fn, const size_t *in, size_t n_in,
-    size_t *out)
+pass(const struct cps *x, match_fn fn, const uint32_t *in, size_t n_in,
+    uint32_t *out)
 {
 	size_t	k, s = 0, e, i, gap, m, n = 0;
 
@@ -769,7 +770,8 @@ tok_pre_split(enum tok_pre pre, const char *s, size_t len, size_t **ends)
 {
 	const match_fn	*passes = rules[pre];
 	struct cps	 x;
-	size_t		*a, *b, *t, n = 0, p, k;
+	uint32_t	*a, *b, *t;
+	size_t		 n = 0, p, k;
 
 	cps_build(&x, (const unsigned char *)s, len);
 	a = xreallocarray(NULL, x.n + 1, sizeof *a);
@@ -780,11 +782,12 @@ tok_pre_split(enum tok_pre pre, const char *s, size_t len, size_t **ends)
 		n = pass(&x, passes[p], a, n, b);
 		t = a, a = b, b = t;
 	}
+	*ends = xreallocarray(NULL, n ? n : 1, sizeof **ends);
 	for (k = 0; k < n; k++)
-		a[k] = x.off[a[k]];
+		(*ends)[k] = x.off[a[k]];
+	free(a);
 	free(b);
 	cps_free(&x);
-	*ends = a;
 	return (n);
 }
 
