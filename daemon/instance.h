@@ -16,6 +16,7 @@ struct stream;
 struct gen;
 
 #define INST_MAX_POLICY_PARAMS	16
+#define INST_MAX_CHAT_STOPS	4
 
 /* Options of `phasectl load` and of a `model` line in phased.conf. */
 struct inst_opts {
@@ -31,6 +32,7 @@ struct inst_opts {
 	int		 n_policy_params;
 	struct engine_group_spec groups[ENGINE_MAX_GROUPS];
 	int		 n_groups;	/* 0: one mixed group */
+	char		*chat_template;	/* template=NAME; NULL: the model's */
 };
 
 enum inst_state {
@@ -53,6 +55,12 @@ struct instance {
 	struct stream		*load_stream;	/* progress goes here */
 	double			 last_progress;
 	struct gen_list		 gens;
+	/* The chat template in use and its end of turn in this vocabulary. */
+	const struct chat_template *chat;
+	int32_t			 chat_eog[ENGINE_MAX_EOG];
+	int			 n_chat_eog;
+	const char		*chat_stops[INST_MAX_CHAT_STOPS];
+	int			 n_chat_stops;
 };
 
 /* Parse key=value options; -1 and *cause naming the bad one. */
