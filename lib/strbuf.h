@@ -46,11 +46,4 @@ void	 strbuf_json_string(struct strbuf *, const char *);
 /* Append a JSON number, shortest round-trip form; NaN and infinities: null. */
 void	 strbuf_json_double(struct strbuf *, double);
 
-/*
- * Length of the valid UTF-8 sequence at s (at most n bytes long), or 0 if
- * the bytes there are not one (strict: no overlongs, no surrogates, nothing
- * past U+10FFFF).  *cp receives the code point.
- */
-size_t	 utf8_valid_len(const unsigned char *s, size_t n, unsigned int *cp);
-
 #endif
