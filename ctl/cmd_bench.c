@@ -27,6 +27,7 @@
 
 #include "gguf.h"
 #include "phasectl.h"
+#include "rng.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -151,12 +152,7 @@ static const char *const b_words[] = {
 static uint64_t
 b_rand(struct bench *b)
 {
-	uint64_t	z;
-
-	z = (b->rng += 0x9e3779b97f4a7c15ULL);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return (z ^ (z >> 31));
+	return (splitmix64(&b->rng));
 }
 
 /* A uniform double in (0, 1). */
