@@ -274,9 +274,10 @@ apply_line(struct config_line *l, struct phased_config *c, char **cause)
 		}
 		set_str(&c->pidfile, l->words[1]);
 	} else if (strcmp(k, "default-policy") == 0) {
-		if (strchr(l->words[1], '/') != NULL || l->words[1][0] == '.') {
-			set_cause(cause, "%s:%d: default-policy must be a "
-			    "plugin name, not a path", l->file, l->line);
+		if (name_check("policy", l->words[1], 0, &why) != 0) {
+			set_cause(cause, "%s:%d: default-policy: %s", l->file,
+			    l->line, why);
+			free(why);
 			return (-1);
 		}
 		set_str(&c->default_policy, l->words[1]);

@@ -493,23 +493,10 @@ instance_load(const char *name, const char *path, char *const *argv,
 {
 	struct instance	*in;
 	struct stat	 st;
-	size_t		 i;
 
 	*code = PHASED__ERROR_CODE__ERR_INVALID;
-	if (*name == '\0' || strlen(name) > 64) {
-		set_cause(cause, "model name must be 1 to 64 characters");
+	if (name_check("model", name, 1, cause) != 0)
 		return (-1);
-	}
-	for (i = 0; name[i] != '\0'; i++) {
-		if (!(name[i] == '-' || name[i] == '_' || name[i] == '.' ||
-		    (name[i] >= '0' && name[i] <= '9') ||
-		    (name[i] >= 'a' && name[i] <= 'z') ||
-		    (name[i] >= 'A' && name[i] <= 'Z'))) {
-			set_cause(cause, "model name '%s' may only hold "
-			    "letters, digits, '-', '_' and '.'", name);
-			return (-1);
-		}
-	}
 	if (instance_find(name) != NULL) {
 		*code = PHASED__ERROR_CODE__ERR_EXISTS;
 		set_cause(cause, "model %s is already loaded", name);

@@ -32,4 +32,12 @@ int	 parse_int(const char *, long long, long long, long long *, const char *what
 /* Parse a finite float in [min, max]; -1 and *cause naming `what` on error. */
 int	 parse_float(const char *, double, double, double *, const char *what, char **cause);
 
+/*
+ * Check the name of a thing (what: "policy", "model"): 1 to NAME_MAX_LEN
+ * bytes of letters, digits, '-' and '_' (and '.' when dots is set), no
+ * leading '.', so that a name never reaches outside a directory.
+ */
+#define NAME_MAX_LEN	64
+int	 name_check(const char *what, const char *name, int dots, char **cause);
+
 #endif
