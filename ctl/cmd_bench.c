@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "percentile.h"
 #include "phasectl.h"
 #include "rng.h"
 #include "tokenizer.h"
@@ -914,7 +915,7 @@ b_cmp(const void *a, const void *b)
 	return ((x > y) - (x < y));
 }
 
-/* Sort v and summarize it (nearest-rank percentiles). */
+/* Sort v and summarize it (percentiles as percentile_sorted_d). */
 static struct b_stat
 b_stats(double *v, size_t n)
 {
@@ -928,11 +929,9 @@ b_stats(double *v, size_t n)
 	for (i = 0; i < n; i++)
 		s.mean += v[i];
 	s.mean /= n;
-#define B_PCT(p)	v[(size_t)ceil((p) / 100.0 * n) - 1]
-	s.p50 = B_PCT(50);
-	s.p90 = B_PCT(90);
-	s.p99 = B_PCT(99);
-#undef B_PCT
+	s.p50 = percentile_sorted_d(v, n, 50);
+	s.p90 = percentile_sorted_d(v, n, 90);
+	s.p99 = percentile_sorted_d(v, n, 99);
 	s.min = v[0];
 	s.max = v[n - 1];
 	return (s);

@@ -211,27 +211,6 @@ sort_u64(uint64_t *v, size_t n)
 		qsort(v, n, sizeof *v, cmp_u64);
 }
 
-/* Exact percentile of sorted values, linear interpolation between ranks. */
-double
-percentile_sorted(const uint64_t *v, size_t n, double p)
-{
-	double	h, frac;
-	size_t	k;
-
-	if (n == 0)
-		return (0);
-	if (p <= 0)
-		return ((double)v[0]);
-	if (p >= 100)
-		return ((double)v[n - 1]);
-	h = (double)(n - 1) * p / 100.0;
-	k = (size_t)h;
-	if (k >= n - 1)
-		return ((double)v[n - 1]);
-	frac = h - (double)k;
-	return ((double)v[k] + frac * ((double)v[k + 1] - (double)v[k]));
-}
-
 /* --- Sliding window ----------------------------------------------------- */
 
 /* Make an empty window of span_ns holding at most cap samples. */

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "percentile.h"
+
 /*
  * phased measures the two phases of generation separately (prompt
  * processing and decode), so this module keeps, per model instance:
@@ -60,11 +62,8 @@
  *                cap samples, whichever is fewer" (window_truncated says
  *                when that happened).
  *
- * Percentile definition (exact, window): linear interpolation between the
- * closest ranks, as NumPy's default and R's type 7: for n sorted values
- * x[0..n-1] and p in [0, 100], h = (n - 1) p / 100 and
- * P(p) = x[floor h] + (h - floor h) (x[floor h + 1] - x[floor h]).
- * For the values 1..100: p50 = 50.5, p90 = 90.1, p99 = 99.01, p100 = 100.
+ * Percentile definition (exact, window): percentile_sorted() in
+ * lib/percentile.h, linear interpolation between the closest ranks.
  */
 
 /* --- Histogram ---------------------------------------------------------- */
@@ -113,8 +112,6 @@ int	 hist_bucket(const struct hist_layout *, uint64_t);
 double	 hist_percentile(const struct hist *, double p);
 double	 hist_mean(const struct hist *);
 
-/* Exact percentile of n sorted values (definition above); 0 when n is 0. */
-double	 percentile_sorted(const uint64_t *, size_t n, double p);
 /* Sort values in place, ascending. */
 void	 sort_u64(uint64_t *, size_t n);
 

@@ -18,6 +18,7 @@ static void
 test_percentiles(void)
 {
 	uint64_t	v[100], two[2] = { 10, 20 }, one = 7;
+	double		d[100], ps[4] = { 0, 50, 99, 100 };
 	int		i;
 
 	for (i = 0; i < 100; i++)
@@ -33,6 +34,15 @@ test_percentiles(void)
 	near(percentile_sorted(two, 2, 25), 12.5, 1e-9, "two values interpolate");
 	near(percentile_sorted(&one, 1, 99), 7, 1e-9, "one value is every percentile");
 	near(percentile_sorted(NULL, 0, 50), 0, 0, "no values give 0");
+	for (i = 0; i < 100; i++)
+		d[i] = (double)v[i] / 1000;
+	/* phasectl bench's doubles follow the same definition as stats. */
+	for (i = 0; i < 4; i++)
+		near(percentile_sorted_d(d, 100, ps[i]),
+		    percentile_sorted(v, 100, ps[i]) / 1000, 1e-12,
+		    "doubles: same percentile as counts");
+	near(percentile_sorted_d(d, 100, 99), 0.09901, 1e-12,
+	    "doubles: p99 of 0.001..0.1 interpolates");
 }
 
 /* Bucket layouts: monotone bounds and inclusive upper edges. */
