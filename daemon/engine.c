@@ -21,8 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <phased/phased.pb-c.h>
-
 #include "backend.h"
 #include "engine.h"
 #include "kvcache.h"
@@ -927,10 +925,10 @@ engine_destroy(struct engine *e, const char *why)
 	free(e);
 }
 
-/* Queue a generation; returns its id, or 0 with *code and *cause. */
+/* Queue a generation; returns its id, or 0 with *err and *cause. */
 uint64_t
 engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
-    int *code, char **cause)
+    enum engine_err *err, char **cause)
 {
 	struct ereq	*r;
 	uint64_t	 id;
@@ -938,7 +936,7 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	int		 j;
 	char		*why = NULL;
 
-	*code = PHASED__ERROR_CODE__ERR_INVALID;
+	*err = ENGINE_ERR_INVALID;
 	if (gen->n_prompt == 0) {
 		set_cause(cause, "prompt is empty");
 		return (0);
@@ -990,14 +988,14 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	if (e->stopping) {
 		eunlock(e);
 		ereq_free(r);
-		*code = PHASED__ERROR_CODE__ERR_SHUTTING_DOWN;
+		*err = ENGINE_ERR_STOPPING;
 		set_cause(cause, "model is being unloaded");
 		return (0);
 	}
 	if (e->n_waiting >= e->conf.max_waiting) {
 		eunlock(e);
 		ereq_free(r);
-		*code = PHASED__ERROR_CODE__ERR_OVERLOADED;
+		*err = ENGINE_ERR_OVERLOADED;
 		set_cause(cause, "overloaded: %u requests are waiting (limit "
 		    "%u)", e->conf.max_waiting, e->conf.max_waiting);
 		return (0);

@@ -85,14 +85,20 @@ struct engine	*engine_create(struct model *, const struct engine_config *,
  */
 void		 engine_destroy(struct engine *, const char *why);
 
+/* Why the engine refused a request; the request handlers map it to wire codes. */
+enum engine_err {
+	ENGINE_ERR_INVALID = 1,	/* bad parameters, too long for the context */
+	ENGINE_ERR_STOPPING,	/* the model is being unloaded */
+	ENGINE_ERR_OVERLOADED	/* too many requests are waiting */
+};
+
 /*
  * Queue a generation; returns the request's engine id, or 0 with *cause
- * and *code (a Phased__ErrorCode) when it is refused (overloaded, too long
- * for the context, bad parameters).  Exactly one EV_DONE follows a
- * successful submit.
+ * and *err when it is refused.  Exactly one EV_DONE follows a successful
+ * submit.
  */
 uint64_t	 engine_submit(struct engine *, struct engine_gen *, void *owner,
-		    int *code, char **cause);
+		    enum engine_err *err, char **cause);
 /* Ask for a request to stop; its EV_DONE says "cancelled". */
 void		 engine_cancel(struct engine *, uint64_t id, const char *why);
 

@@ -130,6 +130,21 @@ sampler_of(const Phased__GenerateRequest *g, struct sampler_params *sp)
 		sp->seed = g->seed;
 }
 
+/* The wire code for the engine's reason to refuse a request. */
+static Phased__ErrorCode
+engine_err_code(enum engine_err err)
+{
+	switch (err) {
+	case ENGINE_ERR_STOPPING:
+		return (PHASED__ERROR_CODE__ERR_SHUTTING_DOWN);
+	case ENGINE_ERR_OVERLOADED:
+		return (PHASED__ERROR_CODE__ERR_OVERLOADED);
+	case ENGINE_ERR_INVALID:
+		break;
+	}
+	return (PHASED__ERROR_CODE__ERR_INVALID);
+}
+
 /* Start a generation. */
 static void
 req_generate(struct conn *c, Phased__Request *req)
@@ -142,7 +157,8 @@ req_generate(struct conn *c, Phased__Request *req)
 	struct gen		*g;
 	int32_t			*ids = NULL;
 	size_t			 n_ids = 0, i;
-	int			 code, add_bos;
+	enum engine_err		 err;
+	int			 add_bos;
 	char			*cause = NULL;
 
 	if ((in = instance_find(gr->model)) == NULL) {
@@ -213,10 +229,10 @@ req_generate(struct conn *c, Phased__Request *req)
 		return;
 	}
 	g->stream = s;
-	g->engine_id = engine_submit(in->engine, &eg, g, &code, &cause);
+	g->engine_id = engine_submit(in->engine, &eg, g, &err, &cause);
 	free(ids);
 	if (g->engine_id == 0) {
-		conn_send_error(c, req->id, code, "%s", cause);
+		conn_send_error(c, req->id, engine_err_code(err), "%s", cause);
 		free(cause);
 		stream_free(s);
 		free(g);
