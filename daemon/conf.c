@@ -322,8 +322,8 @@ apply_line(struct config_line *l, struct phased_config *c, char **cause)
 	return (0);
 }
 
-/* Parse configuration text (for tests and -n). */
-int
+/* Parse configuration text named name (for messages) on top of c. */
+static int
 config_parse(const char *name, const char *text, struct phased_config *c,
     char **cause)
 {

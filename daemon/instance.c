@@ -478,9 +478,11 @@ load_main(void *arg)
 	if (lm->model != NULL && in->opts.ctx == 0 &&
 	    model_info(lm->model)->n_ctx > INST_CTX_DEFAULT_MAX) {
 		/* Without ctx= the context is the model's, capped. */
-		model_free(lm->model);
-		mo.ctx = INST_CTX_DEFAULT_MAX;
-		lm->model = model_load(in->path, &mo, NULL, NULL, &lm->cause);
+		if (model_set_ctx(lm->model, INST_CTX_DEFAULT_MAX,
+		    &lm->cause) != 0) {
+			model_free(lm->model);
+			lm->model = NULL;
+		}
 	}
 	mailbox_post(&lm->m);
 	return (NULL);

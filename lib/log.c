@@ -35,13 +35,6 @@ log_setverbose(int verbose)
 	log_verbose = verbose;
 }
 
-/* Return the verbosity. */
-int
-log_getverbose(void)
-{
-	return (log_verbose);
-}
-
 /* Write one message at a syslog priority, with an optional errno suffix. */
 static void
 vlog(int pri, int errnum, const char *fmt, va_list ap)

@@ -110,16 +110,6 @@ now_ns(void)
 	return ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
 }
 
-/* Wall clock in milliseconds since the epoch. */
-uint64_t
-wall_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ((uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000);
-}
-
 /* Parse a byte size such as 4096, 64K, 8M or 1G. */
 int
 parse_size(const char *s, uint64_t *out, char **cause)

@@ -21,9 +21,8 @@ char	*xstrndup(const char *, size_t);
 int	 xasprintf(char **, const char *, ...) __attribute__((format(printf, 2, 3)));
 void	 set_cause(char **cause, const char *, ...) __attribute__((format(printf, 2, 3)));
 
-/* Monotonic time in nanoseconds, and wall-clock time in milliseconds. */
+/* Monotonic time in nanoseconds. */
 uint64_t now_ns(void);
-uint64_t wall_ms(void);
 
 /* Parse a size with an optional K/M/G suffix; -1 and *cause on error. */
 int	 parse_size(const char *, uint64_t *, char **cause);
