@@ -465,8 +465,8 @@ load_main(void *arg)
 	struct model_opts	 mo;
 
 	memset(&mo, 0, sizeof mo);
-	mo.n_threads = in->opts.threads != 0 ? in->opts.threads :
-	    phased->conf.threads;
+	/* Not phased->conf: a reload may replace it on the control thread. */
+	mo.n_threads = in->load_threads;
 	mo.kv_type_f32 = in->opts.kv_f32;
 	mo.kv_block_size = (int)in->opts.block_size;
 	mo.ctx = (int)in->opts.ctx;
@@ -527,6 +527,8 @@ instance_load(const char *name, const char *path, char *const *argv,
 		stream->cancel = load_stream_cancel;
 		stream->arg = in;
 	}
+	in->load_threads = in->opts.threads != 0 ? in->opts.threads :
+	    phased->conf.threads;
 	if (pthread_create(&in->loader, NULL, load_main, in) != 0) {
 		set_cause(cause, "cannot start loader thread: %s",
 		    strerror(errno));
