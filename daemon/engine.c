@@ -52,11 +52,7 @@ struct ereq {
 	struct kv_seq		 seq;
 	struct sampler		*sampler;
 	struct detok		 detok;
-	char			*stops[ENGINE_MAX_STOPS];
-	int			 n_stops;
-	size_t			 stop_max;	/* longest stop string */
-	char			*held;		/* text held back for stops */
-	size_t			 n_held;
+	struct stopper		 stop;
 	uint64_t		 deadline_ns;
 	int			 cancel;
 	char			*cancel_why;
@@ -162,14 +158,10 @@ emit(struct engine *e, struct engine_event *ev)
 static void
 ereq_free(struct ereq *r)
 {
-	int	i;
-
 	free(r->tokens);
 	if (r->sampler != NULL)
 		sampler_free(r->sampler);
-	for (i = 0; i < r->n_stops; i++)
-		free(r->stops[i]);
-	free(r->held);
+	stopper_free(&r->stop);
 	free(r->cancel_why);
 	req_timing_free(&r->timing);
 	free(r);
@@ -338,62 +330,6 @@ migrate(struct engine *e, struct ereq *r, int to)
 	return (0);
 }
 
-/* Whether the held text ends with a prefix of a stop string; its length. */
-static size_t
-stop_partial(const struct ereq *r)
-{
-	size_t	k, len;
-	int	i;
-
-	for (k = r->n_held < r->stop_max ? r->n_held : r->stop_max - 1; k > 0;
-	    k--) {
-		for (i = 0; i < r->n_stops; i++) {
-			len = strlen(r->stops[i]);
-			if (k < len && memcmp(r->held + r->n_held - k,
-			    r->stops[i], k) == 0)
-				return (k);
-		}
-	}
-	return (0);
-}
-
-/*
- * Add a sampled token's text and decide what can be emitted: text before
- * a complete stop string ends the request; a tail that may begin a stop
- * string is held back.  Returns 1 when a stop string matched.
- */
-static int
-take_text(struct ereq *r, const char *text, size_t len, int final,
-    struct engine_event *ev)
-{
-	char	*hit = NULL, *p;
-	size_t	 keep, at;
-	int	 i;
-
-	r->held = xreallocarray(r->held, r->n_held + len + 1, 1);
-	memcpy(r->held + r->n_held, text, len);
-	r->n_held += len;
-	r->held[r->n_held] = '\0';
-	for (i = 0; i < r->n_stops; i++) {
-		p = memmem(r->held, r->n_held, r->stops[i], strlen(r->stops[i]));
-		if (p != NULL && (hit == NULL || p < hit))
-			hit = p;
-	}
-	if (hit != NULL) {
-		at = (size_t)(hit - r->held);
-		ev->text = xstrndup(r->held, at);
-		ev->len = at;
-		r->n_held = 0;
-		return (1);
-	}
-	keep = final ? 0 : stop_partial(r);
-	ev->len = r->n_held - keep;
-	ev->text = xstrndup(r->held, ev->len);
-	memmove(r->held, r->held + ev->len, keep);
-	r->n_held = keep;
-	return (0);
-}
-
 /*
  * Sample the next token of a request from its logits, emit it, and finish
  * the request if it is done.  Lock held.  Returns the TBT gap in ns (0 for
@@ -444,12 +380,7 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 	ev.owner = r->owner;
 	ev.token = id;
 	ev.t_ns = now - r->timing.arrival;
-	if (r->n_stops > 0)
-		stopped = take_text(r, buf, len, done, &ev);
-	else {
-		ev.text = xstrndup(buf, len);
-		ev.len = len;
-	}
+	stopped = stopper_push(&r->stop, buf, len, done, &ev.text, &ev.len);
 	emit(e, &ev);
 	if (stopped)
 		reason = FINISH_STOP;
@@ -933,7 +864,6 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	struct ereq	*r;
 	uint64_t	 id;
 	uint32_t	 i;
-	int		 j;
 	char		*why = NULL;
 
 	*err = ENGINE_ERR_INVALID;
@@ -976,11 +906,7 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	detok_init(&r->detok, model_tokenizer(e->model));
 	/* The output continues the prompt: keep the space of its first word. */
 	r->detok.strip_space = 0;
-	for (j = 0; j < gen->n_stops && j < ENGINE_MAX_STOPS; j++) {
-		r->stops[r->n_stops++] = xstrdup(gen->stops[j]);
-		if (strlen(gen->stops[j]) > r->stop_max)
-			r->stop_max = strlen(gen->stops[j]);
-	}
+	stopper_init(&r->stop, gen->stops, gen->n_stops);
 	r->deadline_ns = gen->deadline_ns;
 	req_timing_init(&r->timing, gen->arrival_ns, gen->n_prompt);
 

@@ -7,14 +7,15 @@
 
 #include "metrics.h"
 #include "sampler.h"
+#include "stop.h"
 
 struct model;
 struct engine;
 struct trace;
 
 #define ENGINE_MAX_GROUPS	8
-#define ENGINE_MAX_STOPS	8
-#define ENGINE_MAX_STOP_LEN	256
+#define ENGINE_MAX_STOPS	STOP_MAX
+#define ENGINE_MAX_STOP_LEN	STOP_MAX_LEN
 
 /* One device group: its role and the CPUs its threads run on. */
 struct engine_group_spec {
