@@ -196,7 +196,7 @@ finish(struct engine *e, struct ereq *r, enum finish_reason reason,
 	req_timing_finish(&r->timing, now);
 	inst_metrics_finished(&e->metrics, &r->timing, reason);
 	memset(&ev, 0, sizeof ev);
-	ev.type = EV_DONE;
+	ev.type = ENGINE_EV_DONE;
 	ev.owner = r->owner;
 	ev.reason = reason;
 	ev.t_ns = now - r->timing.arrival;
@@ -376,7 +376,7 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 		}
 	}
 	memset(&ev, 0, sizeof ev);
-	ev.type = EV_TOKEN;
+	ev.type = ENGINE_EV_TOKEN;
 	ev.owner = r->owner;
 	ev.token = id;
 	ev.t_ns = now - r->timing.arrival;
@@ -936,7 +936,7 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	return (id);
 }
 
-/* Ask for a request to stop; its EV_DONE says "cancelled". */
+/* Ask for a request to stop; its ENGINE_EV_DONE says "cancelled". */
 void
 engine_cancel(struct engine *e, uint64_t id, const char *why)
 {

@@ -52,8 +52,8 @@ struct engine_gen {
 
 /* Kinds of events the engine sends the control thread. */
 enum engine_ev_type {
-	EV_TOKEN,		/* a sampled token and its text */
-	EV_DONE			/* the request is finished; the last event */
+	ENGINE_EV_TOKEN,		/* a sampled token and its text */
+	ENGINE_EV_DONE			/* the request is finished; the last event */
 };
 
 struct engine_event {
@@ -63,9 +63,9 @@ struct engine_event {
 	uint64_t		 t_ns;		/* since arrival */
 	size_t			 len;		/* text bytes */
 	char			*text;		/* complete UTF-8 only */
-	enum finish_reason	 reason;	/* EV_DONE */
-	char			*error;		/* EV_DONE with FINISH_ERROR */
-	struct req_summary	 summary;	/* EV_DONE */
+	enum finish_reason	 reason;	/* ENGINE_EV_DONE */
+	char			*error;		/* ENGINE_EV_DONE with FINISH_ERROR */
+	struct req_summary	 summary;	/* ENGINE_EV_DONE */
 };
 
 /*
@@ -95,12 +95,12 @@ enum engine_err {
 
 /*
  * Queue a generation; returns the request's engine id, or 0 with *cause
- * and *err when it is refused.  Exactly one EV_DONE follows a successful
+ * and *err when it is refused.  Exactly one ENGINE_EV_DONE follows a successful
  * submit.
  */
 uint64_t	 engine_submit(struct engine *, struct engine_gen *, void *owner,
 		    enum engine_err *err, char **cause);
-/* Ask for a request to stop; its EV_DONE says "cancelled". */
+/* Ask for a request to stop; its ENGINE_EV_DONE says "cancelled". */
 void		 engine_cancel(struct engine *, uint64_t id, const char *why);
 
 /* Swap the policy at an iteration boundary; on error the old one stays. */

@@ -78,7 +78,7 @@ gen_deliver(struct mbox_msg *m)
 	Phased__Response	 r = PHASED__RESPONSE__INIT;
 	Phased__TokenEvent	 te = PHASED__TOKEN_EVENT__INIT;
 
-	if (ev->type == EV_TOKEN && g->stream != NULL) {
+	if (ev->type == ENGINE_EV_TOKEN && g->stream != NULL) {
 		te.token_id = ev->token;
 		te.text.data = (uint8_t *)ev->text;
 		te.text.len = ev->len;
@@ -86,7 +86,7 @@ gen_deliver(struct mbox_msg *m)
 		r.body_case = PHASED__RESPONSE__BODY_TOKEN;
 		r.token = &te;
 		stream_send(g->stream, &r);
-	} else if (ev->type == EV_DONE) {
+	} else if (ev->type == ENGINE_EV_DONE) {
 		if (g->stream != NULL) {
 			send_done(g, ev);
 			stream_free(g->stream);
