@@ -56,7 +56,7 @@ struct ereq {
 	uint64_t		 deadline_ns;
 	int			 cancel;
 	char			*cancel_why;
-	struct req_timing	 timing;
+	struct reqtime	 timing;
 	double			 tbt_last_ms;
 	double			 tbt_ewma_ms;
 	int			 announced;	/* policy told of its arrival */
@@ -163,7 +163,7 @@ ereq_free(struct ereq *r)
 		sampler_free(r->sampler);
 	stopper_free(&r->stop);
 	free(r->cancel_why);
-	req_timing_free(&r->timing);
+	reqtime_free(&r->timing);
 	free(r);
 }
 
@@ -193,7 +193,7 @@ finish(struct engine *e, struct ereq *r, enum finish_reason reason,
 		view_request(r, &vr);
 		policy_slot_finish(&e->policy, &vr);
 	}
-	req_timing_finish(&r->timing, now);
+	reqtime_finish(&r->timing, now);
 	inst_metrics_finished(&e->metrics, &r->timing, reason);
 	memset(&ev, 0, sizeof ev);
 	ev.type = ENGINE_EV_DONE;
@@ -202,7 +202,7 @@ finish(struct engine *e, struct ereq *r, enum finish_reason reason,
 	ev.t_ns = now - r->timing.arrival;
 	if (error != NULL)
 		ev.error = xstrdup(error);
-	req_timing_summary(&r->timing, &ev.summary);
+	reqtime_summary(&r->timing, &ev.summary);
 	emit(e, &ev);
 	TAILQ_REMOVE(&e->reqs, r, entry);
 	e->n_reqs--;
@@ -219,7 +219,7 @@ preempt(struct engine *e, struct ereq *r)
 	r->state = PHASED_REQ_WAITING;
 	r->prefill_target = r->n_tokens;
 	e->n_waiting++;
-	req_timing_preempt(&r->timing);
+	reqtime_preempt(&r->timing);
 	inst_metrics_count(&e->metrics, CNT_PREEMPTIONS, 1);
 }
 
@@ -349,7 +349,7 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 
 	id = sampler_sample(r->sampler, logits, r->tokens, r->n_tokens);
 	first = r->timing.first_token == 0;
-	gap = req_timing_token(&r->timing, now);
+	gap = reqtime_token(&r->timing, now);
 	if (first)
 		inst_metrics_first_token(&e->metrics, &r->timing);
 	else {
@@ -423,7 +423,7 @@ build_batch(struct engine *e, struct egroup *g, struct phased_plan *p,
 		if (r->state == PHASED_REQ_WAITING) {
 			e->n_waiting--;
 			r->state = PHASED_REQ_PREFILLING;
-			req_timing_admit(&r->timing, now);
+			reqtime_admit(&r->timing, now);
 		}
 		r->busy = 1;
 		g->freqs[nb] = r;
@@ -680,7 +680,7 @@ group_main(void *arg)
 
 			r->busy = 0;
 			if (r->state == PHASED_REQ_PREFILLING)
-				req_timing_chunk(&r->timing, start, end,
+				reqtime_chunk(&r->timing, start, end,
 				    (uint32_t)g->fentries[i].n_tokens);
 			if (g->fentries[i].logits == NULL)
 				continue;
@@ -908,7 +908,7 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	r->detok.strip_space = 0;
 	stopper_init(&r->stop, gen->stops, gen->n_stops);
 	r->deadline_ns = gen->deadline_ns;
-	req_timing_init(&r->timing, gen->arrival_ns, gen->n_prompt);
+	reqtime_init(&r->timing, gen->arrival_ns, gen->n_prompt);
 
 	elock(e);
 	if (e->stopping) {

@@ -65,7 +65,7 @@ struct engine_event {
 	char			*text;		/* complete UTF-8 only */
 	enum finish_reason	 reason;	/* ENGINE_EV_DONE */
 	char			*error;		/* ENGINE_EV_DONE with FINISH_ERROR */
-	struct req_summary	 summary;	/* ENGINE_EV_DONE */
+	struct reqtime_summary	 summary;	/* ENGINE_EV_DONE */
 };
 
 /*

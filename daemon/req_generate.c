@@ -43,7 +43,7 @@ send_done(struct gen *g, struct engine_event *ev)
 	Phased__Response	 r = PHASED__RESPONSE__INIT;
 	Phased__Done		 d = PHASED__DONE__INIT;
 	Phased__Timings		 t = PHASED__TIMINGS__INIT;
-	struct req_summary	*s = &ev->summary;
+	struct reqtime_summary	*s = &ev->summary;
 
 	t.prompt_tokens = s->prompt_tokens;
 	t.output_tokens = s->output_tokens;

@@ -315,7 +315,7 @@ window_truncated(const struct window *w, uint64_t now)
 
 /* Start the timeline of a request that arrived at `arrival'. */
 void
-req_timing_init(struct req_timing *rt, uint64_t arrival, uint32_t prompt_tokens)
+reqtime_init(struct reqtime *rt, uint64_t arrival, uint32_t prompt_tokens)
 {
 	memset(rt, 0, sizeof *rt);
 	rt->arrival = arrival;
@@ -324,7 +324,7 @@ req_timing_init(struct req_timing *rt, uint64_t arrival, uint32_t prompt_tokens)
 
 /* Release the chunk and gap arrays. */
 void
-req_timing_free(struct req_timing *rt)
+reqtime_free(struct reqtime *rt)
 {
 	free(rt->chunks);
 	free(rt->gaps_us);
@@ -335,7 +335,7 @@ req_timing_free(struct req_timing *rt)
 
 /* Note the first admission; a re-admission after preemption keeps it. */
 void
-req_timing_admit(struct req_timing *rt, uint64_t now)
+reqtime_admit(struct reqtime *rt, uint64_t now)
 {
 	if (rt->admitted == 0)
 		rt->admitted = now;
@@ -343,7 +343,7 @@ req_timing_admit(struct req_timing *rt, uint64_t now)
 
 /* Note one prefill chunk of `tokens' positions computed from start to end. */
 void
-req_timing_chunk(struct req_timing *rt, uint64_t start, uint64_t end,
+reqtime_chunk(struct reqtime *rt, uint64_t start, uint64_t end,
     uint32_t tokens)
 {
 	if (rt->nchunks == UINT32_MAX)
@@ -361,7 +361,7 @@ req_timing_chunk(struct req_timing *rt, uint64_t start, uint64_t end,
 
 /* Note a sampled token; returns its gap to the previous token in ns. */
 uint64_t
-req_timing_token(struct req_timing *rt, uint64_t now)
+reqtime_token(struct reqtime *rt, uint64_t now)
 {
 	uint64_t	gap, us;
 
@@ -392,14 +392,14 @@ req_timing_token(struct req_timing *rt, uint64_t now)
 
 /* Count a preemption (the request's KV state was dropped). */
 void
-req_timing_preempt(struct req_timing *rt)
+reqtime_preempt(struct reqtime *rt)
 {
 	rt->preemptions++;
 }
 
 /* Note the finish time. */
 void
-req_timing_finish(struct req_timing *rt, uint64_t now)
+reqtime_finish(struct reqtime *rt, uint64_t now)
 {
 	rt->finished = now;
 }
@@ -415,7 +415,7 @@ interval(uint64_t a, uint64_t b)
 
 /* Derive the request's figures from its timeline. */
 void
-req_timing_summary(const struct req_timing *rt, struct req_summary *s)
+reqtime_summary(const struct reqtime *rt, struct reqtime_summary *s)
 {
 	uint64_t	last_end = 0;
 	uint32_t	i;
@@ -532,12 +532,12 @@ inst_metrics_iteration(struct inst_metrics *m, const struct iter_sample *it,
 
 /* Record what is known once a request has its first token. */
 void
-inst_metrics_first_token(struct inst_metrics *m, const struct req_timing *rt)
+inst_metrics_first_token(struct inst_metrics *m, const struct reqtime *rt)
 {
-	struct req_summary	s;
+	struct reqtime_summary	s;
 	uint64_t		t = rt->first_token;
 
-	req_timing_summary(rt, &s);
+	reqtime_summary(rt, &s);
 	pthread_mutex_lock(&m->lock);
 	if (rt->admitted != 0)
 		series_add(m, MET_QUEUE, t, s.queue_ns);
@@ -554,13 +554,13 @@ inst_metrics_first_token(struct inst_metrics *m, const struct req_timing *rt)
 
 /* Record what is known once a request has finished, and why it did. */
 void
-inst_metrics_finished(struct inst_metrics *m, const struct req_timing *rt,
+inst_metrics_finished(struct inst_metrics *m, const struct reqtime *rt,
     enum finish_reason why)
 {
-	struct req_summary	s;
+	struct reqtime_summary	s;
 	uint64_t		t = rt->finished;
 
-	req_timing_summary(rt, &s);
+	reqtime_summary(rt, &s);
 	if (t == 0)
 		t = rt->last_token;
 	pthread_mutex_lock(&m->lock);

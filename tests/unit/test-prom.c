@@ -591,20 +591,20 @@ static void
 feed(struct inst_metrics *m, uint64_t at, uint64_t ttft, int ntok, uint64_t gap,
     enum finish_reason why)
 {
-	struct req_timing	rt;
+	struct reqtime	rt;
 	int			i;
 
-	req_timing_init(&rt, at, 64);
-	req_timing_admit(&rt, at + 2 * MS);
-	req_timing_chunk(&rt, at + 2 * MS, at + ttft, 64);
+	reqtime_init(&rt, at, 64);
+	reqtime_admit(&rt, at + 2 * MS);
+	reqtime_chunk(&rt, at + 2 * MS, at + ttft, 64);
 	for (i = 0; i < ntok; i++) {
-		req_timing_token(&rt, at + ttft + (uint64_t)i * gap);
+		reqtime_token(&rt, at + ttft + (uint64_t)i * gap);
 		if (i == 0)
 			inst_metrics_first_token(m, &rt);
 	}
-	req_timing_finish(&rt, at + ttft + (uint64_t)(ntok - 1) * gap);
+	reqtime_finish(&rt, at + ttft + (uint64_t)(ntok - 1) * gap);
 	inst_metrics_finished(m, &rt, why);
-	req_timing_free(&rt);
+	reqtime_free(&rt);
 }
 
 /* The whole exposition for two instances. */
