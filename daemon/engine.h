@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "finish_reason.h"
 #include "metrics.h"
 #include "sampler.h"
 #include "stop.h"

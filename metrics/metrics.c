@@ -95,14 +95,6 @@ const struct metric_info metric_info[MET__COUNT] = {
 	    "Tokens sampled in one engine iteration.", &hist_layout_count },
 };
 
-const char *const finish_reason_names[FINISH__COUNT] = {
-	[FINISH_LENGTH] = "length",
-	[FINISH_STOP] = "stop",
-	[FINISH_EOS] = "eos",
-	[FINISH_CANCELLED] = "cancelled",
-	[FINISH_ERROR] = "error",
-};
-
 /* --- Histogram ---------------------------------------------------------- */
 
 /* Make an empty histogram with the given bucket layout. */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "finish_reason.h"
 #include "percentile.h"
 
 /*
@@ -241,16 +242,6 @@ struct metric_info {
 	const struct hist_layout *layout;
 };
 extern const struct metric_info metric_info[MET__COUNT];
-
-enum finish_reason {
-	FINISH_LENGTH,		/* max_tokens or context reached */
-	FINISH_STOP,		/* a stop sequence matched */
-	FINISH_EOS,		/* the model produced end of sequence */
-	FINISH_CANCELLED,	/* the client cancelled or went away */
-	FINISH_ERROR,
-	FINISH__COUNT
-};
-extern const char *const finish_reason_names[FINISH__COUNT];
 
 enum metric_counter {
 	CNT_PREEMPTIONS,
