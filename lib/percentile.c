@@ -29,9 +29,10 @@ percentile_pos(size_t n, double p, size_t *k, double *frac)
 		*frac = h - (double)*k;
 }
 
-/* Percentile of sorted 64-bit counts. */
-double
-percentile_sorted(const uint64_t *v, size_t n, double p)
+/* Interpolate percentile p of n values that get(v, i) reads. */
+static double
+percentile_at(const void *v, size_t n, double p,
+    double (*get)(const void *, size_t))
 {
 	double	frac;
 	size_t	k;
@@ -40,21 +41,34 @@ percentile_sorted(const uint64_t *v, size_t n, double p)
 		return (0);
 	percentile_pos(n, p, &k, &frac);
 	if (frac == 0)
-		return ((double)v[k]);
-	return ((double)v[k] + frac * ((double)v[k + 1] - (double)v[k]));
+		return (get(v, k));
+	return (get(v, k) + frac * (get(v, k + 1) - get(v, k)));
+}
+
+/* Element i of an array of uint64_t, as a double. */
+static double
+get_u64(const void *v, size_t i)
+{
+	return ((double)((const uint64_t *)v)[i]);
+}
+
+/* Element i of an array of double. */
+static double
+get_d(const void *v, size_t i)
+{
+	return (((const double *)v)[i]);
+}
+
+/* Percentile of sorted 64-bit counts. */
+double
+percentile_sorted(const uint64_t *v, size_t n, double p)
+{
+	return (percentile_at(v, n, p, get_u64));
 }
 
 /* Percentile of sorted doubles. */
 double
 percentile_sorted_d(const double *v, size_t n, double p)
 {
-	double	frac;
-	size_t	k;
-
-	if (n == 0)
-		return (0);
-	percentile_pos(n, p, &k, &frac);
-	if (frac == 0)
-		return (v[k]);
-	return (v[k] + frac * (v[k + 1] - v[k]));
+	return (percentile_at(v, n, p, get_d));
 }

@@ -206,21 +206,27 @@ strbuf_json_string(struct strbuf *sb, const char *s)
 		strbuf_json_stringn(sb, s, strlen(s));
 }
 
-/* Append a double as a JSON number in its shortest round-trip form. */
+/* Append a finite double in the fewest digits that read back the same. */
 void
-strbuf_json_double(struct strbuf *sb, double v)
+strbuf_double(struct strbuf *sb, double v)
 {
 	char	tmp[64];
 	int	prec;
 
-	if (!isfinite(v)) {
-		strbuf_adds(sb, "null");
-		return;
-	}
 	for (prec = 15; prec <= 17; prec++) {
 		snprintf(tmp, sizeof tmp, "%.*g", prec, v);
 		if (strtod(tmp, NULL) == v)
 			break;
 	}
 	strbuf_adds(sb, tmp);
+}
+
+/* Append a double as a JSON number in its shortest round-trip form. */
+void
+strbuf_json_double(struct strbuf *sb, double v)
+{
+	if (!isfinite(v))
+		strbuf_adds(sb, "null");
+	else
+		strbuf_double(sb, v);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "metrics-testutil.h"
 #include "tap.h"
 
 #define MS	1000000ULL
@@ -272,25 +273,12 @@ row(const struct stats_row *rows, size_t n, const char *name)
 	return (NULL);
 }
 
-/* Run one synthetic request through an instance. */
+/* Run one synthetic request of 100 prompt tokens through an instance. */
 static void
 feed_request(struct inst_metrics *m, uint64_t at, uint64_t ttft,
     int ntok, uint64_t gap, enum finish_reason why)
 {
-	struct reqtime	rt;
-	int			i;
-
-	reqtime_init(&rt, at, 100);
-	reqtime_admit(&rt, at + 1 * MS);
-	reqtime_chunk(&rt, at + 1 * MS, at + ttft, 100);
-	for (i = 0; i < ntok; i++) {
-		reqtime_token(&rt, at + ttft + (uint64_t)i * gap);
-		if (i == 0)
-			inst_metrics_first_token(m, &rt);
-	}
-	reqtime_finish(&rt, at + ttft + (uint64_t)(ntok - 1) * gap);
-	inst_metrics_finished(m, &rt, why);
-	reqtime_free(&rt);
+	metrics_feed(m, at, 1 * MS, 100, ttft, ntok, gap, why);
 }
 
 /* Per-instance aggregates, window against since start, stats rows and rates. */
