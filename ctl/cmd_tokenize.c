@@ -11,7 +11,6 @@
 #include "phasectl.h"
 #include "gguf.h"
 #include "tokenizer.h"
-#include "unicode.h"
 #include "util.h"
 
 #define TOKENIZE_USAGE	"usage: phasectl tokenize -m file.gguf [--bos] [--special] text"
@@ -31,41 +30,6 @@ tok_fail(int status, const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	return (status);
-}
-
-/*
- * Write a string as a JSON string literal.  Vocabulary strings come from
- * the file, so bytes that are not valid UTF-8 are written as U+FFFD to
- * keep the output valid JSON.
- */
-static void
-json_text(FILE *f, const char *s)
-{
-	const unsigned char	*p = (const unsigned char *)s;
-	size_t			 len = strlen(s), i, l;
-	uint32_t		 cp;
-
-	fputc('"', f);
-	for (i = 0; i < len; i += l) {
-		l = utf8_decode(p + i, len - i, &cp);
-		if (cp == UC_INVALID)
-			fputs("\\ufffd", f);
-		else if (cp == '"')
-			fputs("\\\"", f);
-		else if (cp == '\\')
-			fputs("\\\\", f);
-		else if (cp == '\n')
-			fputs("\\n", f);
-		else if (cp == '\r')
-			fputs("\\r", f);
-		else if (cp == '\t')
-			fputs("\\t", f);
-		else if (cp < 0x20 || cp == 0x7f)
-			fprintf(f, "\\u%04x", cp);
-		else
-			fwrite(p + i, 1, l, f);
-	}
-	fputc('"', f);
 }
 
 /* phasectl tokenize: print the ids (and with json the stored pieces). */
@@ -132,7 +96,7 @@ cmd_tokenize(int argc, char **argv, int json)
 		for (i = 0; i < n; i++) {
 			if (i)
 				putchar(',');
-			json_text(stdout, tokenizer_token_text(t, ids[i]));
+			json_str(stdout, tokenizer_token_text(t, ids[i]));
 		}
 		printf("]}\n");
 	} else {

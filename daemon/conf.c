@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
 #include <grp.h>
 #include <stdio.h>
@@ -147,6 +148,22 @@ lookup_group(const char *name, gid_t *gid)
 	return (-1);
 }
 
+/* One key of phased.conf(5): how its value is parsed, into what, within what. */
+struct conf_key {
+	const char	*name;
+	int		(*parse)(const struct conf_key *, const char *,
+			    struct phased_config *, char **why);
+	size_t		 off;		/* the field set */
+	size_t		 off_gid;	/* groups: the gid and its flag */
+	size_t		 off_has;
+	uint64_t	 min, max;	/* numbers: the range; paths: max length */
+	int		 size;		/* numbers: a size with K/M/G */
+	size_t		 width;		/* numbers: sizeof the field */
+};
+
+/* The field a key sets. */
+#define CONF_FIELD(c, off)	((void *)((char *)(c) + (off)))
+
 /* Replace a string setting. */
 static void
 set_str(char **dst, const char *v)
@@ -155,174 +172,219 @@ set_str(char **dst, const char *v)
 	*dst = xstrdup(v);
 }
 
-/* Parse a u32 setting within [min, max]. */
-static int
-set_u32(struct config_line *l, uint32_t *dst, long long min, long long max,
-    int size, char **cause)
+/* Write a size limit the way it is written in the file (64K, 4G). */
+static const char *
+fmt_size(uint64_t v, char *buf, size_t len)
 {
-	uint64_t	 v;
-	long long	 iv;
-	char		*why = NULL;
+	if (v != 0 && v % (1ULL << 30) == 0)
+		snprintf(buf, len, "%lluG", (unsigned long long)(v >> 30));
+	else if (v != 0 && v % (1ULL << 20) == 0)
+		snprintf(buf, len, "%lluM", (unsigned long long)(v >> 20));
+	else if (v != 0 && v % (1ULL << 10) == 0)
+		snprintf(buf, len, "%lluK", (unsigned long long)(v >> 10));
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+	return (buf);
+}
 
-	if (size) {
-		if (parse_size(l->words[1], &v, &why) != 0)
-			goto bad;
-		if (v < (uint64_t)min || v > (uint64_t)max) {
-			set_cause(cause, "%s:%d: %s %s is out of range %lld..%lld",
-			    l->file, l->line, l->words[0], l->words[1], min, max);
+/* An absolute path, shorter than max bytes when max is set. */
+static int
+conf_path(const struct conf_key *k, const char *v, struct phased_config *c,
+    char **why)
+{
+	if (v[0] != '/' || (k->max != 0 && strlen(v) >= k->max)) {
+		if (k->max != 0)
+			set_cause(why, "%s must be an absolute path shorter "
+			    "than %llu bytes", k->name,
+			    (unsigned long long)k->max);
+		else
+			set_cause(why, "%s must be an absolute path", k->name);
+		return (-1);
+	}
+	set_str(CONF_FIELD(c, k->off), v);
+	return (0);
+}
+
+/* A group by name or number, kept with its gid. */
+static int
+conf_group(const struct conf_key *k, const char *v, struct phased_config *c,
+    char **why)
+{
+	if (lookup_group(v, CONF_FIELD(c, k->off_gid)) != 0) {
+		set_cause(why, "unknown group '%s'", v);
+		return (-1);
+	}
+	*(int *)CONF_FIELD(c, k->off_has) = 1;
+	set_str(CONF_FIELD(c, k->off), v);
+	return (0);
+}
+
+/* A policy plugin's name. */
+static int
+conf_policy(const struct conf_key *k, const char *v, struct phased_config *c,
+    char **why)
+{
+	char	*e = NULL;
+
+	if (name_check("policy", v, 0, &e) != 0) {
+		set_cause(why, "%s: %s", k->name, e);
+		free(e);
+		return (-1);
+	}
+	set_str(CONF_FIELD(c, k->off), v);
+	return (0);
+}
+
+/* A number (or a size) within [min, max], stored in a field of width bytes. */
+static int
+conf_num(const struct conf_key *k, const char *v, struct phased_config *c,
+    char **why)
+{
+	uint64_t	 u;
+	uint32_t	 u32;
+	long long	 iv;
+	char		 lo[32], hi[32];
+
+	if (k->size) {
+		if (parse_size(v, &u, why) != 0)
+			return (-1);
+		if (u < k->min || u > k->max) {
+			set_cause(why, "%s %s is out of range %s..%s", k->name,
+			    v, fmt_size(k->min, lo, sizeof lo),
+			    fmt_size(k->max, hi, sizeof hi));
 			return (-1);
 		}
-		*dst = (uint32_t)v;
-		return (0);
+	} else {
+		if (parse_int(v, (long long)k->min, (long long)k->max, &iv,
+		    k->name, why) != 0)
+			return (-1);
+		u = (uint64_t)iv;
 	}
-	if (parse_int(l->words[1], min, max, &iv, l->words[0], &why) != 0)
-		goto bad;
-	*dst = (uint32_t)iv;
+	if (k->width == sizeof u32) {
+		u32 = (uint32_t)u;
+		memcpy(CONF_FIELD(c, k->off), &u32, sizeof u32);
+	} else
+		memcpy(CONF_FIELD(c, k->off), &u, sizeof u);
 	return (0);
-bad:
-	set_cause(cause, "%s:%d: %s", l->file, l->line, why);
-	free(why);
-	return (-1);
+}
+
+/* yes or no. */
+static int
+conf_yesno(const struct conf_key *k, const char *v, struct phased_config *c,
+    char **why)
+{
+	if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0) {
+		set_cause(why, "%s '%s' is not yes or no", k->name, v);
+		return (-1);
+	}
+	*(int *)CONF_FIELD(c, k->off) = strcmp(v, "yes") == 0;
+	return (0);
+}
+
+#define CK_PATH(n, f, max)	{ n, conf_path, offsetof(struct phased_config, f), \
+	0, 0, 0, max, 0, 0 }
+#define CK_GROUP(n, f, g, h)	{ n, conf_group, \
+	offsetof(struct phased_config, f), offsetof(struct phased_config, g), \
+	offsetof(struct phased_config, h), 0, 0, 0, 0 }
+#define CK_NUM(n, f, min, max, size)	{ n, conf_num, \
+	offsetof(struct phased_config, f), 0, 0, min, max, size, \
+	sizeof ((struct phased_config *)0)->f }
+
+/* Every single-valued key (phased.conf(5) documents each). */
+static const struct conf_key conf_keys[] = {
+	CK_PATH("socket", socket, 108),
+	CK_GROUP("socket-group", socket_group, socket_gid, has_socket_gid),
+	CK_GROUP("admin-group", admin_group, admin_gid, has_admin_gid),
+	CK_PATH("plugin-dir", plugin_dir, 0),
+	CK_PATH("pidfile", pidfile, 0),
+	{ "default-policy", conf_policy,
+	    offsetof(struct phased_config, default_policy), 0, 0, 0, 0, 0, 0 },
+	CK_NUM("max-connections", max_connections, 1, 65536, 0),
+	CK_NUM("max-frame-size", max_frame, 1024, 256 << 20, 1),
+	CK_NUM("max-requests", max_requests, 1, 65536, 0),
+	CK_NUM("max-waiting", max_waiting, 1, 1 << 20, 0),
+	CK_NUM("threads", threads, 0, 1024, 0),
+	{ "bf16-dot", conf_yesno, offsetof(struct phased_config, bf16_dot),
+	    0, 0, 0, 0, 0, 0 },
+	CK_NUM("max-output-buffer", max_output, 65536, 1ULL << 32, 1),
+};
+
+/* A model line: name, path and key=value options. */
+static int
+apply_model(struct config_line *l, struct phased_config *c, char **cause)
+{
+	struct config_model	*m;
+	int			 i;
+
+	if (l->n < 3) {
+		set_cause(cause, "%s:%d: model needs a name and a path",
+		    l->file, l->line);
+		return (-1);
+	}
+	for (i = 0; i < c->n_models; i++) {
+		if (strcmp(c->models[i].name, l->words[1]) == 0) {
+			set_cause(cause, "%s:%d: model %s already "
+			    "defined at line %d", l->file, l->line,
+			    l->words[1], c->models[i].line);
+			return (-1);
+		}
+	}
+	for (i = 3; i < l->n; i++) {
+		if (strchr(l->words[i], '=') == NULL ||
+		    l->words[i][0] == '=') {
+			set_cause(cause, "%s:%d: model option '%s' is "
+			    "not key=value", l->file, l->line,
+			    l->words[i]);
+			return (-1);
+		}
+	}
+	c->models = xreallocarray(c->models, c->n_models + 1,
+	    sizeof *c->models);
+	m = &c->models[c->n_models++];
+	m->name = xstrdup(l->words[1]);
+	m->path = xstrdup(l->words[2]);
+	m->line = l->line;
+	m->n_options = l->n - 3;
+	m->options = xcalloc(m->n_options + 1, sizeof *m->options);
+	for (i = 3; i < l->n; i++)
+		m->options[i - 3] = xstrdup(l->words[i]);
+	return (0);
 }
 
 /* Apply one parsed line to the configuration. */
 static int
 apply_line(struct config_line *l, struct phased_config *c, char **cause)
 {
-	const char		*k = l->words[0];
-	struct config_model	*m;
-	uint32_t		 u;
-	uint64_t		 v;
-	int			 i;
+	const struct conf_key	*k = NULL;
+	size_t			 i;
 	char			*why = NULL;
 
-	if (strcmp(k, "model") == 0) {
-		if (l->n < 3) {
-			set_cause(cause, "%s:%d: model needs a name and a path",
-			    l->file, l->line);
-			return (-1);
-		}
-		for (i = 0; i < c->n_models; i++) {
-			if (strcmp(c->models[i].name, l->words[1]) == 0) {
-				set_cause(cause, "%s:%d: model %s already "
-				    "defined at line %d", l->file, l->line,
-				    l->words[1], c->models[i].line);
-				return (-1);
-			}
-		}
-		for (i = 3; i < l->n; i++) {
-			if (strchr(l->words[i], '=') == NULL ||
-			    l->words[i][0] == '=') {
-				set_cause(cause, "%s:%d: model option '%s' is "
-				    "not key=value", l->file, l->line,
-				    l->words[i]);
-				return (-1);
-			}
-		}
-		c->models = xreallocarray(c->models, c->n_models + 1,
-		    sizeof *c->models);
-		m = &c->models[c->n_models++];
-		m->name = xstrdup(l->words[1]);
-		m->path = xstrdup(l->words[2]);
-		m->line = l->line;
-		m->n_options = l->n - 3;
-		m->options = xcalloc(m->n_options + 1, sizeof *m->options);
-		for (i = 3; i < l->n; i++)
-			m->options[i - 3] = xstrdup(l->words[i]);
-		return (0);
+	if (strcmp(l->words[0], "model") == 0)
+		return (apply_model(l, c, cause));
+	for (i = 0; i < sizeof conf_keys / sizeof conf_keys[0]; i++) {
+		if (strcmp(l->words[0], conf_keys[i].name) == 0)
+			k = &conf_keys[i];
+	}
+	if (k == NULL) {
+		set_cause(cause, "%s:%d: unknown key '%s'", l->file, l->line,
+		    l->words[0]);
+		return (-1);
 	}
 	if (l->n != 2) {
 		set_cause(cause, "%s:%d: %s takes exactly one value", l->file,
-		    l->line, k);
+		    l->line, k->name);
 		return (-1);
 	}
-	if (strcmp(k, "socket") == 0) {
-		if (l->words[1][0] != '/' || strlen(l->words[1]) >= 108) {
-			set_cause(cause, "%s:%d: socket must be an absolute "
-			    "path shorter than 108 bytes", l->file, l->line);
-			return (-1);
-		}
-		set_str(&c->socket, l->words[1]);
-	} else if (strcmp(k, "socket-group") == 0) {
-		if (lookup_group(l->words[1], &c->socket_gid) != 0) {
-			set_cause(cause, "%s:%d: unknown group '%s'", l->file,
-			    l->line, l->words[1]);
-			return (-1);
-		}
-		c->has_socket_gid = 1;
-		set_str(&c->socket_group, l->words[1]);
-	} else if (strcmp(k, "admin-group") == 0) {
-		if (lookup_group(l->words[1], &c->admin_gid) != 0) {
-			set_cause(cause, "%s:%d: unknown group '%s'", l->file,
-			    l->line, l->words[1]);
-			return (-1);
-		}
-		c->has_admin_gid = 1;
-		set_str(&c->admin_group, l->words[1]);
-	} else if (strcmp(k, "plugin-dir") == 0) {
-		if (l->words[1][0] != '/') {
-			set_cause(cause, "%s:%d: plugin-dir must be an "
-			    "absolute path", l->file, l->line);
-			return (-1);
-		}
-		set_str(&c->plugin_dir, l->words[1]);
-	} else if (strcmp(k, "pidfile") == 0) {
-		if (l->words[1][0] != '/') {
-			set_cause(cause, "%s:%d: pidfile must be an absolute "
-			    "path", l->file, l->line);
-			return (-1);
-		}
-		set_str(&c->pidfile, l->words[1]);
-	} else if (strcmp(k, "default-policy") == 0) {
-		if (strchr(l->words[1], '/') != NULL || l->words[1][0] == '.') {
-			set_cause(cause, "%s:%d: default-policy must be a "
-			    "plugin name, not a path", l->file, l->line);
-			return (-1);
-		}
-		set_str(&c->default_policy, l->words[1]);
-	} else if (strcmp(k, "max-connections") == 0)
-		return (set_u32(l, &c->max_connections, 1, 65536, 0, cause));
-	else if (strcmp(k, "max-frame-size") == 0)
-		return (set_u32(l, &c->max_frame, 1024, 256 << 20, 1, cause));
-	else if (strcmp(k, "max-requests") == 0)
-		return (set_u32(l, &c->max_requests, 1, 65536, 0, cause));
-	else if (strcmp(k, "max-waiting") == 0)
-		return (set_u32(l, &c->max_waiting, 1, 1 << 20, 0, cause));
-	else if (strcmp(k, "threads") == 0) {
-		if (set_u32(l, &u, 0, 1024, 0, cause) != 0)
-			return (-1);
-		c->threads = (int)u;
-	} else if (strcmp(k, "bf16-dot") == 0) {
-		if (strcmp(l->words[1], "yes") == 0)
-			c->bf16_dot = 1;
-		else if (strcmp(l->words[1], "no") == 0)
-			c->bf16_dot = 0;
-		else {
-			set_cause(cause, "%s:%d: bf16-dot '%s' is not yes or no",
-			    l->file, l->line, l->words[1]);
-			return (-1);
-		}
-	} else if (strcmp(k, "max-output-buffer") == 0) {
-		if (parse_size(l->words[1], &v, &why) != 0) {
-			set_cause(cause, "%s:%d: %s", l->file, l->line, why);
-			free(why);
-			return (-1);
-		}
-		if (v < 65536 || v > (1ULL << 32)) {
-			set_cause(cause, "%s:%d: max-output-buffer %s is out of "
-			    "range 64K..4G", l->file, l->line, l->words[1]);
-			return (-1);
-		}
-		c->max_output = v;
-	} else {
-		set_cause(cause, "%s:%d: unknown key '%s'", l->file, l->line, k);
+	if (k->parse(k, l->words[1], c, &why) != 0) {
+		set_cause(cause, "%s:%d: %s", l->file, l->line, why);
+		free(why);
 		return (-1);
 	}
 	return (0);
 }
 
-/* Parse configuration text (for tests and -n). */
-int
+/* Parse configuration text named name (for messages) on top of c. */
+static int
 config_parse(const char *name, const char *text, struct phased_config *c,
     char **cause)
 {

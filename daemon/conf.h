@@ -41,9 +41,6 @@ struct phased_config {
 void	 config_defaults(struct phased_config *);
 /* Parse a file on top of the defaults; -1 with "FILE:LINE: ..." in *cause. */
 int	 config_load(const char *path, struct phased_config *, char **cause);
-/* Parse configuration text (for tests and -n). */
-int	 config_parse(const char *name, const char *text, struct phased_config *,
-	    char **cause);
 /* Free everything a configuration holds. */
 void	 config_free(struct phased_config *);
 

@@ -21,8 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <phased/phased.pb-c.h>
-
 #include "backend.h"
 #include "engine.h"
 #include "kvcache.h"
@@ -54,15 +52,11 @@ struct ereq {
 	struct kv_seq		 seq;
 	struct sampler		*sampler;
 	struct detok		 detok;
-	char			*stops[ENGINE_MAX_STOPS];
-	int			 n_stops;
-	size_t			 stop_max;	/* longest stop string */
-	char			*held;		/* text held back for stops */
-	size_t			 n_held;
+	struct stopper		 stop;
 	uint64_t		 deadline_ns;
 	int			 cancel;
 	char			*cancel_why;
-	struct req_timing	 timing;
+	struct reqtime	 timing;
 	double			 tbt_last_ms;
 	double			 tbt_ewma_ms;
 	int			 announced;	/* policy told of its arrival */
@@ -169,17 +163,13 @@ emit(struct engine *e, struct engine_event *ev)
 static void
 ereq_free(struct ereq *r)
 {
-	int	i;
-
 	free(r->tokens);
 	if (r->sampler != NULL)
 		sampler_free(r->sampler);
-	for (i = 0; i < r->n_stops; i++)
-		free(r->stops[i]);
-	free(r->held);
+	stopper_free(&r->stop);
 	free(r->cancel_why);
 	free(r->raw_logits);
-	req_timing_free(&r->timing);
+	reqtime_free(&r->timing);
 	free(r);
 }
 
@@ -209,16 +199,16 @@ finish(struct engine *e, struct ereq *r, enum finish_reason reason,
 		view_request(r, &vr);
 		policy_slot_finish(&e->policy, &vr);
 	}
-	req_timing_finish(&r->timing, now);
+	reqtime_finish(&r->timing, now);
 	inst_metrics_finished(&e->metrics, &r->timing, reason);
 	memset(&ev, 0, sizeof ev);
-	ev.type = EV_DONE;
+	ev.type = ENGINE_EV_DONE;
 	ev.owner = r->owner;
 	ev.reason = reason;
 	ev.t_ns = now - r->timing.arrival;
 	if (error != NULL)
 		ev.error = xstrdup(error);
-	req_timing_summary(&r->timing, &ev.summary);
+	reqtime_summary(&r->timing, &ev.summary);
 	emit(e, &ev);
 	TAILQ_REMOVE(&e->reqs, r, entry);
 	e->n_reqs--;
@@ -235,7 +225,7 @@ preempt(struct engine *e, struct ereq *r)
 	r->state = PHASED_REQ_WAITING;
 	r->prefill_target = r->n_tokens;
 	e->n_waiting++;
-	req_timing_preempt(&r->timing);
+	reqtime_preempt(&r->timing);
 	inst_metrics_count(&e->metrics, CNT_PREEMPTIONS, 1);
 }
 
@@ -346,62 +336,6 @@ migrate(struct engine *e, struct ereq *r, int to)
 	return (0);
 }
 
-/* Whether the held text ends with a prefix of a stop string; its length. */
-static size_t
-stop_partial(const struct ereq *r)
-{
-	size_t	k, len;
-	int	i;
-
-	for (k = r->n_held < r->stop_max ? r->n_held : r->stop_max - 1; k > 0;
-	    k--) {
-		for (i = 0; i < r->n_stops; i++) {
-			len = strlen(r->stops[i]);
-			if (k < len && memcmp(r->held + r->n_held - k,
-			    r->stops[i], k) == 0)
-				return (k);
-		}
-	}
-	return (0);
-}
-
-/*
- * Add a sampled token's text and decide what can be emitted: text before
- * a complete stop string ends the request; a tail that may begin a stop
- * string is held back.  Returns 1 when a stop string matched.
- */
-static int
-take_text(struct ereq *r, const char *text, size_t len, int final,
-    struct engine_event *ev)
-{
-	char	*hit = NULL, *p;
-	size_t	 keep, at;
-	int	 i;
-
-	r->held = xreallocarray(r->held, r->n_held + len + 1, 1);
-	memcpy(r->held + r->n_held, text, len);
-	r->n_held += len;
-	r->held[r->n_held] = '\0';
-	for (i = 0; i < r->n_stops; i++) {
-		p = memmem(r->held, r->n_held, r->stops[i], strlen(r->stops[i]));
-		if (p != NULL && (hit == NULL || p < hit))
-			hit = p;
-	}
-	if (hit != NULL) {
-		at = (size_t)(hit - r->held);
-		ev->text = xstrndup(r->held, at);
-		ev->len = at;
-		r->n_held = 0;
-		return (1);
-	}
-	keep = final ? 0 : stop_partial(r);
-	ev->len = r->n_held - keep;
-	ev->text = xstrndup(r->held, ev->len);
-	memmove(r->held, r->held + ev->len, keep);
-	r->n_held = keep;
-	return (0);
-}
-
 /* Whether id is one of the request's own end-of-turn tokens. */
 static int
 is_req_eog(const struct ereq *r, int32_t id)
@@ -435,7 +369,7 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 		memcpy(r->raw_logits, logits, e->n_vocab * sizeof *logits);
 	id = sampler_sample(r->sampler, logits, r->tokens, r->n_tokens);
 	first = r->timing.first_token == 0;
-	gap = req_timing_token(&r->timing, now);
+	gap = reqtime_token(&r->timing, now);
 	if (first)
 		inst_metrics_first_token(&e->metrics, &r->timing);
 	else {
@@ -462,7 +396,7 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 		}
 	}
 	memset(&ev, 0, sizeof ev);
-	ev.type = EV_TOKEN;
+	ev.type = ENGINE_EV_TOKEN;
 	ev.owner = r->owner;
 	ev.token = id;
 	ev.t_ns = now - r->timing.arrival;
@@ -471,12 +405,7 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 		ev.n_top = sampler_logprobs(r->raw_logits, (int)e->n_vocab, id,
 		    r->top_logprobs, &ev.logprob, ev.top_ids, ev.top_lps);
 	}
-	if (r->n_stops > 0)
-		stopped = take_text(r, buf, len, done, &ev);
-	else {
-		ev.text = xstrndup(buf, len);
-		ev.len = len;
-	}
+	stopped = stopper_push(&r->stop, buf, len, done, &ev.text, &ev.len);
 	emit(e, &ev);
 	if (stopped)
 		reason = FINISH_STOP;
@@ -519,7 +448,7 @@ build_batch(struct engine *e, struct egroup *g, struct phased_plan *p,
 		if (r->state == PHASED_REQ_WAITING) {
 			e->n_waiting--;
 			r->state = PHASED_REQ_PREFILLING;
-			req_timing_admit(&r->timing, now);
+			reqtime_admit(&r->timing, now);
 		}
 		r->busy = 1;
 		g->freqs[nb] = r;
@@ -776,7 +705,7 @@ group_main(void *arg)
 
 			r->busy = 0;
 			if (r->state == PHASED_REQ_PREFILLING)
-				req_timing_chunk(&r->timing, start, end,
+				reqtime_chunk(&r->timing, start, end,
 				    (uint32_t)g->fentries[i].n_tokens);
 			if (g->fentries[i].logits == NULL)
 				continue;
@@ -952,10 +881,10 @@ engine_destroy(struct engine *e, const char *why)
 	free(e);
 }
 
-/* Queue a generation; returns its id, or 0 with *code and *cause. */
+/* Queue a generation; returns its id, or 0 with *err and *cause. */
 uint64_t
 engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
-    int *code, char **cause)
+    enum engine_err *err, char **cause)
 {
 	struct ereq	*r;
 	uint64_t	 id;
@@ -963,7 +892,7 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	int		 j;
 	char		*why = NULL;
 
-	*code = PHASED__ERROR_CODE__ERR_INVALID;
+	*err = ENGINE_ERR_INVALID;
 	if (gen->n_prompt == 0) {
 		set_cause(cause, "prompt is empty");
 		return (0);
@@ -1017,26 +946,22 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	detok_init(&r->detok, model_tokenizer(e->model));
 	/* The output continues the prompt: keep the space of its first word. */
 	r->detok.strip_space = 0;
-	for (j = 0; j < gen->n_stops && j < ENGINE_MAX_STOPS; j++) {
-		r->stops[r->n_stops++] = xstrdup(gen->stops[j]);
-		if (strlen(gen->stops[j]) > r->stop_max)
-			r->stop_max = strlen(gen->stops[j]);
-	}
+	stopper_init(&r->stop, gen->stops, gen->n_stops);
 	r->deadline_ns = gen->deadline_ns;
-	req_timing_init(&r->timing, gen->arrival_ns, gen->n_prompt);
+	reqtime_init(&r->timing, gen->arrival_ns, gen->n_prompt);
 
 	elock(e);
 	if (e->stopping) {
 		eunlock(e);
 		ereq_free(r);
-		*code = PHASED__ERROR_CODE__ERR_SHUTTING_DOWN;
+		*err = ENGINE_ERR_STOPPING;
 		set_cause(cause, "model is being unloaded");
 		return (0);
 	}
 	if (e->n_waiting >= e->conf.max_waiting) {
 		eunlock(e);
 		ereq_free(r);
-		*code = PHASED__ERROR_CODE__ERR_OVERLOADED;
+		*err = ENGINE_ERR_OVERLOADED;
 		set_cause(cause, "overloaded: %u requests are waiting (limit "
 		    "%u)", e->conf.max_waiting, e->conf.max_waiting);
 		return (0);
@@ -1051,7 +976,7 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	return (id);
 }
 
-/* Ask for a request to stop; its EV_DONE says "cancelled". */
+/* Ask for a request to stop; its ENGINE_EV_DONE says "cancelled". */
 void
 engine_cancel(struct engine *e, uint64_t id, const char *why)
 {

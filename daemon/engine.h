@@ -5,16 +5,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "finish_reason.h"
 #include "metrics.h"
 #include "sampler.h"
+#include "stop.h"
 
 struct model;
 struct engine;
 struct trace;
 
 #define ENGINE_MAX_GROUPS	8
-#define ENGINE_MAX_STOPS	8
-#define ENGINE_MAX_STOP_LEN	256
+#define ENGINE_MAX_STOPS	STOP_MAX
+#define ENGINE_MAX_STOP_LEN	STOP_MAX_LEN
 #define ENGINE_MAX_EOG		8
 
 /* One device group: its role and the CPUs its threads run on. */
@@ -58,8 +60,8 @@ struct engine_gen {
 
 /* Kinds of events the engine sends the control thread. */
 enum engine_ev_type {
-	EV_TOKEN,		/* a sampled token and its text */
-	EV_DONE			/* the request is finished; the last event */
+	ENGINE_EV_TOKEN,		/* a sampled token and its text */
+	ENGINE_EV_DONE			/* the request is finished; the last event */
 };
 
 struct engine_event {
@@ -69,10 +71,10 @@ struct engine_event {
 	uint64_t		 t_ns;		/* since arrival */
 	size_t			 len;		/* text bytes */
 	char			*text;		/* complete UTF-8 only */
-	enum finish_reason	 reason;	/* EV_DONE */
-	char			*error;		/* EV_DONE with FINISH_ERROR */
-	struct req_summary	 summary;	/* EV_DONE */
-	/* EV_TOKEN of a request that asked for log probabilities. */
+	enum finish_reason	 reason;	/* ENGINE_EV_DONE */
+	char			*error;		/* ENGINE_EV_DONE with FINISH_ERROR */
+	struct reqtime_summary	 summary;	/* ENGINE_EV_DONE */
+	/* ENGINE_EV_TOKEN of a request that asked for log probabilities. */
 	int			 has_logprob;
 	float			 logprob;
 	int			 n_top;
@@ -98,15 +100,21 @@ struct engine	*engine_create(struct model *, const struct engine_config *,
  */
 void		 engine_destroy(struct engine *, const char *why);
 
+/* Why the engine refused a request; the request handlers map it to wire codes. */
+enum engine_err {
+	ENGINE_ERR_INVALID = 1,	/* bad parameters, too long for the context */
+	ENGINE_ERR_STOPPING,	/* the model is being unloaded */
+	ENGINE_ERR_OVERLOADED	/* too many requests are waiting */
+};
+
 /*
  * Queue a generation; returns the request's engine id, or 0 with *cause
- * and *code (a Phased__ErrorCode) when it is refused (overloaded, too long
- * for the context, bad parameters).  Exactly one EV_DONE follows a
- * successful submit.
+ * and *err when it is refused.  Exactly one ENGINE_EV_DONE follows a successful
+ * submit.
  */
 uint64_t	 engine_submit(struct engine *, struct engine_gen *, void *owner,
-		    int *code, char **cause);
-/* Ask for a request to stop; its EV_DONE says "cancelled". */
+		    enum engine_err *err, char **cause);
+/* Ask for a request to stop; its ENGINE_EV_DONE says "cancelled". */
 void		 engine_cancel(struct engine *, uint64_t id, const char *why);
 
 /* Swap the policy at an iteration boundary; on error the old one stays. */

@@ -480,8 +480,8 @@ load_main(void *arg)
 	struct model_opts	 mo;
 
 	memset(&mo, 0, sizeof mo);
-	mo.n_threads = in->opts.threads != 0 ? in->opts.threads :
-	    phased->conf.threads;
+	/* Not phased->conf: a reload may replace it on the control thread. */
+	mo.n_threads = in->load_threads;
 	mo.kv_type_f32 = in->opts.kv_f32;
 	mo.kv_block_size = (int)in->opts.block_size;
 	mo.ctx = (int)in->opts.ctx;
@@ -493,9 +493,11 @@ load_main(void *arg)
 	if (lm->model != NULL && in->opts.ctx == 0 &&
 	    model_info(lm->model)->n_ctx > INST_CTX_DEFAULT_MAX) {
 		/* Without ctx= the context is the model's, capped. */
-		model_free(lm->model);
-		mo.ctx = INST_CTX_DEFAULT_MAX;
-		lm->model = model_load(in->path, &mo, NULL, NULL, &lm->cause);
+		if (model_set_ctx(lm->model, INST_CTX_DEFAULT_MAX,
+		    &lm->cause) != 0) {
+			model_free(lm->model);
+			lm->model = NULL;
+		}
 	}
 	if (lm->model != NULL)
 		lm->chat_template = chat_template_read(in->path);
@@ -510,23 +512,10 @@ instance_load(const char *name, const char *path, char *const *argv,
 {
 	struct instance	*in;
 	struct stat	 st;
-	size_t		 i;
 
 	*code = PHASED__ERROR_CODE__ERR_INVALID;
-	if (*name == '\0' || strlen(name) > 64) {
-		set_cause(cause, "model name must be 1 to 64 characters");
+	if (name_check("model", name, 1, cause) != 0)
 		return (-1);
-	}
-	for (i = 0; name[i] != '\0'; i++) {
-		if (!(name[i] == '-' || name[i] == '_' || name[i] == '.' ||
-		    (name[i] >= '0' && name[i] <= '9') ||
-		    (name[i] >= 'a' && name[i] <= 'z') ||
-		    (name[i] >= 'A' && name[i] <= 'Z'))) {
-			set_cause(cause, "model name '%s' may only hold "
-			    "letters, digits, '-', '_' and '.'", name);
-			return (-1);
-		}
-	}
 	if (instance_find(name) != NULL) {
 		*code = PHASED__ERROR_CODE__ERR_EXISTS;
 		set_cause(cause, "model %s is already loaded", name);
@@ -555,6 +544,8 @@ instance_load(const char *name, const char *path, char *const *argv,
 		stream->cancel = load_stream_cancel;
 		stream->arg = in;
 	}
+	in->load_threads = in->opts.threads != 0 ? in->opts.threads :
+	    phased->conf.threads;
 	if (pthread_create(&in->loader, NULL, load_main, in) != 0) {
 		set_cause(cause, "cannot start loader thread: %s",
 		    strerror(errno));

@@ -52,6 +52,7 @@ struct instance {
 	struct engine		*engine;
 	pthread_t		 loader;
 	int			 loader_running;
+	int			 load_threads;	/* resolved before the loader starts */
 	struct stream		*load_stream;	/* progress goes here */
 	double			 last_progress;
 	struct gen_list		 gens;

@@ -30,34 +30,8 @@
 int
 policy_name_valid(const char *name, char **cause)
 {
-	const char	*p;
-
-	if (*name == '\0') {
-		set_cause(cause, "empty policy name");
+	if (name_check("policy", name, 0, cause) != 0)
 		return (-1);
-	}
-	if (strchr(name, '/') != NULL) {
-		set_cause(cause, "policy name '%s' contains '/': give a name "
-		    "in the plugin directory, not a path", name);
-		return (-1);
-	}
-	if (*name == '.') {
-		set_cause(cause, "policy name '%s' starts with '.'", name);
-		return (-1);
-	}
-	if (strlen(name) > 64) {
-		set_cause(cause, "policy name '%.16s...' is longer than 64 "
-		    "characters", name);
-		return (-1);
-	}
-	for (p = name; *p != '\0'; p++) {
-		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_')
-			continue;
-		set_cause(cause, "policy name '%s' has character '%c': only "
-		    "letters, digits, '-' and '_' are allowed", name, *p);
-		return (-1);
-	}
 	if (strcmp(name, POLICY_BUILTIN) == 0) {
 		set_cause(cause, "policy name '%s' is reserved for the "
 		    "built-in fcfs", name);

@@ -42,7 +42,7 @@ send_done(struct gen *g, struct engine_event *ev)
 	Phased__Response	 r = PHASED__RESPONSE__INIT;
 	Phased__Done		 d = PHASED__DONE__INIT;
 	Phased__Timings		 t = PHASED__TIMINGS__INIT;
-	struct req_summary	*s = &ev->summary;
+	struct reqtime_summary	*s = &ev->summary;
 
 	t.prompt_tokens = s->prompt_tokens;
 	t.output_tokens = s->output_tokens;
@@ -110,7 +110,7 @@ gen_deliver(struct mbox_msg *m)
 	Phased__Response	 r = PHASED__RESPONSE__INIT;
 	Phased__TokenEvent	 te = PHASED__TOKEN_EVENT__INIT;
 
-	if (ev->type == EV_TOKEN && g->stream != NULL) {
+	if (ev->type == ENGINE_EV_TOKEN && g->stream != NULL) {
 		te.token_id = ev->token;
 		te.text.data = (uint8_t *)ev->text;
 		te.text.len = ev->len;
@@ -123,7 +123,7 @@ gen_deliver(struct mbox_msg *m)
 		if (te.n_top_logprobs > 0)
 			free(te.top_logprobs[0]);
 		free(te.top_logprobs);
-	} else if (ev->type == EV_DONE) {
+	} else if (ev->type == ENGINE_EV_DONE) {
 		if (g->stream != NULL) {
 			send_done(g, ev);
 			stream_free(g->stream);
@@ -165,6 +165,21 @@ sampler_of(const Phased__GenerateRequest *g, struct sampler_params *sp)
 		sp->repeat_penalty = g->repeat_penalty;
 	if (g->has_seed)
 		sp->seed = g->seed;
+}
+
+/* The wire code for the engine's reason to refuse a request. */
+static Phased__ErrorCode
+engine_err_code(enum engine_err err)
+{
+	switch (err) {
+	case ENGINE_ERR_STOPPING:
+		return (PHASED__ERROR_CODE__ERR_SHUTTING_DOWN);
+	case ENGINE_ERR_OVERLOADED:
+		return (PHASED__ERROR_CODE__ERR_OVERLOADED);
+	case ENGINE_ERR_INVALID:
+		break;
+	}
+	return (PHASED__ERROR_CODE__ERR_INVALID);
 }
 
 /* The model a generation names, ready; NULL after answering an error. */
@@ -233,7 +248,7 @@ gen_start(struct conn *c, uint64_t req_id, struct instance *in,
 {
 	struct stream	*s;
 	struct gen	*g;
-	int		 code;
+	enum engine_err	 err;
 	char		*cause = NULL;
 
 	g = xcalloc(1, sizeof *g);
@@ -243,9 +258,9 @@ gen_start(struct conn *c, uint64_t req_id, struct instance *in,
 		return;
 	}
 	g->stream = s;
-	g->engine_id = engine_submit(in->engine, eg, g, &code, &cause);
+	g->engine_id = engine_submit(in->engine, eg, g, &err, &cause);
 	if (g->engine_id == 0) {
-		conn_send_error(c, req_id, code, "%s", cause);
+		conn_send_error(c, req_id, engine_err_code(err), "%s", cause);
 		free(cause);
 		stream_free(s);
 		free(g);

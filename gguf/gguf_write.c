@@ -425,20 +425,6 @@ gguf_writer_add_tensor(struct gguf_writer *w, const char *name,
 	return (gguf_writer_add_tensor_data(w, name, n_dims, ne, type, NULL));
 }
 
-/* Byte size of a described tensor. */
-uint64_t
-gguf_writer_tensor_bytes(const struct gguf_writer *w, uint64_t idx)
-{
-	return (idx < w->n_t ? w->t[idx].nbytes : 0);
-}
-
-/* Number of tensors described. */
-uint64_t
-gguf_writer_n_tensors(const struct gguf_writer *w)
-{
-	return (w->n_t);
-}
-
 /* Write bytes to the file. */
 static int
 out(struct gguf_writer *w, const void *p, size_t n, char **cause)

@@ -62,9 +62,6 @@ uint64_t gguf_writer_add_tensor(struct gguf_writer *, const char *name,
 /* The same with its bytes, which must stay valid until written. */
 uint64_t gguf_writer_add_tensor_data(struct gguf_writer *, const char *name,
 	    uint32_t n_dims, const uint64_t *ne, uint32_t type, const void *data);
-/* Byte size of tensor idx (0 if there is none). */
-uint64_t gguf_writer_tensor_bytes(const struct gguf_writer *, uint64_t idx);
-uint64_t gguf_writer_n_tensors(const struct gguf_writer *);
 
 int	 gguf_writer_open(struct gguf_writer *, const char *path, char **cause);
 int	 gguf_writer_put(struct gguf_writer *, const void *, size_t, char **cause);

@@ -12,6 +12,7 @@
 #include "log.h"
 
 static int log_foreground = 1;
+/* Read by every thread; a reload changes it on the control thread. */
 static int log_verbose;
 static const char *log_ident = "phased";
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -32,14 +33,7 @@ log_init(int foreground, int verbose, const char *ident)
 void
 log_setverbose(int verbose)
 {
-	log_verbose = verbose;
-}
-
-/* Return the verbosity. */
-int
-log_getverbose(void)
-{
-	return (log_verbose);
+	__atomic_store_n(&log_verbose, verbose, __ATOMIC_RELAXED);
 }
 
 /* Write one message at a syslog priority, with an optional errno suffix. */
@@ -104,7 +98,7 @@ log_debug(const char *fmt, ...)
 {
 	va_list	ap;
 
-	if (log_verbose < 1)
+	if (__atomic_load_n(&log_verbose, __ATOMIC_RELAXED) < 1)
 		return;
 	va_start(ap, fmt);
 	vlog(LOG_DEBUG, 0, fmt, ap);

@@ -6,7 +6,6 @@
 
 void	log_init(int foreground, int verbose, const char *ident);
 void	log_setverbose(int verbose);
-int	log_getverbose(void);
 void	log_warn(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_warnx(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_info(const char *, ...) __attribute__((format(printf, 1, 2)));

@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "strbuf.h"
+#include "unicode.h"
 #include "util.h"
 
 /* Make an empty buffer. */
@@ -123,54 +124,13 @@ strbuf_printf(struct strbuf *sb, const char *fmt, ...)
 	sb->len += (size_t)n;
 }
 
-/* Decode one strict UTF-8 sequence; its length, or 0 when invalid. */
-size_t
-utf8_valid_len(const unsigned char *s, size_t n, unsigned int *cp)
-{
-	unsigned int	c, min;
-	size_t		len, i;
-
-	if (n == 0)
-		return (0);
-	c = s[0];
-	if (c < 0x80) {
-		*cp = c;
-		return (1);
-	}
-	if (c >= 0xc2 && c <= 0xdf) {
-		len = 2;
-		c &= 0x1f;
-		min = 0x80;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		len = 3;
-		c &= 0x0f;
-		min = 0x800;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		len = 4;
-		c &= 0x07;
-		min = 0x10000;
-	} else
-		return (0);	/* continuation byte, 0xc0/0xc1 or 0xf5.. */
-	if (len > n)
-		return (0);
-	for (i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return (0);
-		c = (c << 6) | (s[i] & 0x3f);
-	}
-	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-		return (0);
-	*cp = c;
-	return (len);
-}
-
 /* Append a JSON string literal with everything escaped that must be. */
 void
 strbuf_json_stringn(struct strbuf *sb, const char *s, size_t n)
 {
 	const unsigned char	*p = (const unsigned char *)s;
 	size_t			 i, run, len;
-	unsigned int		 cp;
+	uint32_t		 cp;
 
 	strbuf_addc(sb, '"');
 	i = 0;
@@ -220,7 +180,8 @@ strbuf_json_stringn(struct strbuf *sb, const char *s, size_t n)
 			i++;
 			continue;
 		}
-		if ((len = utf8_valid_len(p + i, n - i, &cp)) == 0) {
+		len = utf8_decode(p + i, n - i, &cp);
+		if (cp == UC_INVALID) {
 			/* One replacement per bad byte keeps resync simple. */
 			strbuf_adds(sb, "\\ufffd");
 			i++;
@@ -245,21 +206,27 @@ strbuf_json_string(struct strbuf *sb, const char *s)
 		strbuf_json_stringn(sb, s, strlen(s));
 }
 
-/* Append a double as a JSON number in its shortest round-trip form. */
+/* Append a finite double in the fewest digits that read back the same. */
 void
-strbuf_json_double(struct strbuf *sb, double v)
+strbuf_double(struct strbuf *sb, double v)
 {
 	char	tmp[64];
 	int	prec;
 
-	if (!isfinite(v)) {
-		strbuf_adds(sb, "null");
-		return;
-	}
 	for (prec = 15; prec <= 17; prec++) {
 		snprintf(tmp, sizeof tmp, "%.*g", prec, v);
 		if (strtod(tmp, NULL) == v)
 			break;
 	}
 	strbuf_adds(sb, tmp);
+}
+
+/* Append a double as a JSON number in its shortest round-trip form. */
+void
+strbuf_json_double(struct strbuf *sb, double v)
+{
+	if (!isfinite(v))
+		strbuf_adds(sb, "null");
+	else
+		strbuf_double(sb, v);
 }

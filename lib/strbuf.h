@@ -43,14 +43,9 @@ void	 strbuf_printf(struct strbuf *, const char *, ...)
 void	 strbuf_json_stringn(struct strbuf *, const char *, size_t);
 /* Same for a NUL-terminated string; NULL is written as null. */
 void	 strbuf_json_string(struct strbuf *, const char *);
+/* Append a finite double, %g with the fewest digits (15 to 17) that round-trip. */
+void	 strbuf_double(struct strbuf *, double);
 /* Append a JSON number, shortest round-trip form; NaN and infinities: null. */
 void	 strbuf_json_double(struct strbuf *, double);
-
-/*
- * Length of the valid UTF-8 sequence at s (at most n bytes long), or 0 if
- * the bytes there are not one (strict: no overlongs, no surrogates, nothing
- * past U+10FFFF).  *cp receives the code point.
- */
-size_t	 utf8_valid_len(const unsigned char *s, size_t n, unsigned int *cp);
 
 #endif

@@ -110,16 +110,6 @@ now_ns(void)
 	return ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
 }
 
-/* Wall clock in milliseconds since the epoch. */
-uint64_t
-wall_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ((uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000);
-}
-
 /* Parse a byte size such as 4096, 64K, 8M or 1G. */
 int
 parse_size(const char *s, uint64_t *out, char **cause)
@@ -205,5 +195,42 @@ parse_float(const char *s, double min, double max, double *out,
 		return (-1);
 	}
 	*out = v;
+	return (0);
+}
+
+/* Check a name a user gave to a policy, a model or the like. */
+int
+name_check(const char *what, const char *name, int dots, char **cause)
+{
+	const char	*p;
+
+	if (*name == '\0') {
+		set_cause(cause, "empty %s name", what);
+		return (-1);
+	}
+	if (strchr(name, '/') != NULL) {
+		set_cause(cause, "%s name '%s' contains '/': give a name, not a "
+		    "path", what, name);
+		return (-1);
+	}
+	if (*name == '.') {
+		set_cause(cause, "%s name '%s' starts with '.'", what, name);
+		return (-1);
+	}
+	if (strlen(name) > NAME_MAX_LEN) {
+		set_cause(cause, "%s name '%.16s...' is longer than %d "
+		    "characters", what, name, NAME_MAX_LEN);
+		return (-1);
+	}
+	for (p = name; *p != '\0'; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+		    (dots && *p == '.'))
+			continue;
+		set_cause(cause, "%s name '%s' has character '%c': only "
+		    "letters, digits, %s are allowed", what, name, *p,
+		    dots ? "'-', '_' and '.'" : "'-' and '_'");
+		return (-1);
+	}
 	return (0);
 }

@@ -21,9 +21,8 @@ char	*xstrndup(const char *, size_t);
 int	 xasprintf(char **, const char *, ...) __attribute__((format(printf, 2, 3)));
 void	 set_cause(char **cause, const char *, ...) __attribute__((format(printf, 2, 3)));
 
-/* Monotonic time in nanoseconds, and wall-clock time in milliseconds. */
+/* Monotonic time in nanoseconds. */
 uint64_t now_ns(void);
-uint64_t wall_ms(void);
 
 /* Parse a size with an optional K/M/G suffix; -1 and *cause on error. */
 int	 parse_size(const char *, uint64_t *, char **cause);
@@ -31,5 +30,13 @@ int	 parse_size(const char *, uint64_t *, char **cause);
 int	 parse_int(const char *, long long, long long, long long *, const char *what, char **cause);
 /* Parse a finite float in [min, max]; -1 and *cause naming `what` on error. */
 int	 parse_float(const char *, double, double, double *, const char *what, char **cause);
+
+/*
+ * Check the name of a thing (what: "policy", "model"): 1 to NAME_MAX_LEN
+ * bytes of letters, digits, '-' and '_' (and '.' when dots is set), no
+ * leading '.', so that a name never reaches outside a directory.
+ */
+#define NAME_MAX_LEN	64
+int	 name_check(const char *what, const char *name, int dots, char **cause);
 
 #endif

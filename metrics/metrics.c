@@ -95,14 +95,6 @@ const struct metric_info metric_info[MET__COUNT] = {
 	    "Tokens sampled in one engine iteration.", &hist_layout_count },
 };
 
-const char *const finish_reason_names[FINISH__COUNT] = {
-	[FINISH_LENGTH] = "length",
-	[FINISH_STOP] = "stop",
-	[FINISH_EOS] = "eos",
-	[FINISH_CANCELLED] = "cancelled",
-	[FINISH_ERROR] = "error",
-};
-
 /* --- Histogram ---------------------------------------------------------- */
 
 /* Make an empty histogram with the given bucket layout. */
@@ -211,27 +203,6 @@ sort_u64(uint64_t *v, size_t n)
 		qsort(v, n, sizeof *v, cmp_u64);
 }
 
-/* Exact percentile of sorted values, linear interpolation between ranks. */
-double
-percentile_sorted(const uint64_t *v, size_t n, double p)
-{
-	double	h, frac;
-	size_t	k;
-
-	if (n == 0)
-		return (0);
-	if (p <= 0)
-		return ((double)v[0]);
-	if (p >= 100)
-		return ((double)v[n - 1]);
-	h = (double)(n - 1) * p / 100.0;
-	k = (size_t)h;
-	if (k >= n - 1)
-		return ((double)v[n - 1]);
-	frac = h - (double)k;
-	return ((double)v[k] + frac * ((double)v[k + 1] - (double)v[k]));
-}
-
 /* --- Sliding window ----------------------------------------------------- */
 
 /* Make an empty window of span_ns holding at most cap samples. */
@@ -336,7 +307,7 @@ window_truncated(const struct window *w, uint64_t now)
 
 /* Start the timeline of a request that arrived at `arrival'. */
 void
-req_timing_init(struct req_timing *rt, uint64_t arrival, uint32_t prompt_tokens)
+reqtime_init(struct reqtime *rt, uint64_t arrival, uint32_t prompt_tokens)
 {
 	memset(rt, 0, sizeof *rt);
 	rt->arrival = arrival;
@@ -345,7 +316,7 @@ req_timing_init(struct req_timing *rt, uint64_t arrival, uint32_t prompt_tokens)
 
 /* Release the chunk and gap arrays. */
 void
-req_timing_free(struct req_timing *rt)
+reqtime_free(struct reqtime *rt)
 {
 	free(rt->chunks);
 	free(rt->gaps_us);
@@ -356,7 +327,7 @@ req_timing_free(struct req_timing *rt)
 
 /* Note the first admission; a re-admission after preemption keeps it. */
 void
-req_timing_admit(struct req_timing *rt, uint64_t now)
+reqtime_admit(struct reqtime *rt, uint64_t now)
 {
 	if (rt->admitted == 0)
 		rt->admitted = now;
@@ -364,7 +335,7 @@ req_timing_admit(struct req_timing *rt, uint64_t now)
 
 /* Note one prefill chunk of `tokens' positions computed from start to end. */
 void
-req_timing_chunk(struct req_timing *rt, uint64_t start, uint64_t end,
+reqtime_chunk(struct reqtime *rt, uint64_t start, uint64_t end,
     uint32_t tokens)
 {
 	if (rt->nchunks == UINT32_MAX)
@@ -382,7 +353,7 @@ req_timing_chunk(struct req_timing *rt, uint64_t start, uint64_t end,
 
 /* Note a sampled token; returns its gap to the previous token in ns. */
 uint64_t
-req_timing_token(struct req_timing *rt, uint64_t now)
+reqtime_token(struct reqtime *rt, uint64_t now)
 {
 	uint64_t	gap, us;
 
@@ -413,14 +384,14 @@ req_timing_token(struct req_timing *rt, uint64_t now)
 
 /* Count a preemption (the request's KV state was dropped). */
 void
-req_timing_preempt(struct req_timing *rt)
+reqtime_preempt(struct reqtime *rt)
 {
 	rt->preemptions++;
 }
 
 /* Note the finish time. */
 void
-req_timing_finish(struct req_timing *rt, uint64_t now)
+reqtime_finish(struct reqtime *rt, uint64_t now)
 {
 	rt->finished = now;
 }
@@ -436,7 +407,7 @@ interval(uint64_t a, uint64_t b)
 
 /* Derive the request's figures from its timeline. */
 void
-req_timing_summary(const struct req_timing *rt, struct req_summary *s)
+reqtime_summary(const struct reqtime *rt, struct reqtime_summary *s)
 {
 	uint64_t	last_end = 0;
 	uint32_t	i;
@@ -553,12 +524,12 @@ inst_metrics_iteration(struct inst_metrics *m, const struct iter_sample *it,
 
 /* Record what is known once a request has its first token. */
 void
-inst_metrics_first_token(struct inst_metrics *m, const struct req_timing *rt)
+inst_metrics_first_token(struct inst_metrics *m, const struct reqtime *rt)
 {
-	struct req_summary	s;
+	struct reqtime_summary	s;
 	uint64_t		t = rt->first_token;
 
-	req_timing_summary(rt, &s);
+	reqtime_summary(rt, &s);
 	pthread_mutex_lock(&m->lock);
 	if (rt->admitted != 0)
 		series_add(m, MET_QUEUE, t, s.queue_ns);
@@ -575,13 +546,13 @@ inst_metrics_first_token(struct inst_metrics *m, const struct req_timing *rt)
 
 /* Record what is known once a request has finished, and why it did. */
 void
-inst_metrics_finished(struct inst_metrics *m, const struct req_timing *rt,
+inst_metrics_finished(struct inst_metrics *m, const struct reqtime *rt,
     enum finish_reason why)
 {
-	struct req_summary	s;
+	struct reqtime_summary	s;
 	uint64_t		t = rt->finished;
 
-	req_timing_summary(rt, &s);
+	reqtime_summary(rt, &s);
 	if (t == 0)
 		t = rt->last_token;
 	pthread_mutex_lock(&m->lock);

@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "finish_reason.h"
+#include "percentile.h"
+
 /*
  * phased measures the two phases of generation separately (prompt
  * processing and decode), so this module keeps, per model instance:
@@ -28,19 +31,19 @@
  *
  * How the engine thread uses it, per request and per iteration:
  *
- *	req_timing_init(&r->timing, arrival, prompt_tokens);	on submit
- *	req_timing_admit(&r->timing, now);			first KV blocks
- *	req_timing_chunk(&r->timing, start, end, tokens);	each prefill chunk
- *	gap = req_timing_token(&r->timing, now);		each token sampled
+ *	reqtime_init(&r->timing, arrival, prompt_tokens);	on submit
+ *	reqtime_admit(&r->timing, now);			first KV blocks
+ *	reqtime_chunk(&r->timing, start, end, tokens);	each prefill chunk
+ *	gap = reqtime_token(&r->timing, now);		each token sampled
  *	  collect gap (when not the first token) for the iteration's TBT list;
  *	  after the first: inst_metrics_first_token(m, &r->timing);
- *	req_timing_preempt() + inst_metrics_count(m, CNT_PREEMPTIONS, 1);
+ *	reqtime_preempt() + inst_metrics_count(m, CNT_PREEMPTIONS, 1);
  *	inst_metrics_iteration(m, &iter_sample, gaps, ngaps);	end of iteration
  *	inst_metrics_gauges(m, kv_used, kv_free, running, waiting);
- *	req_timing_finish(&r->timing, now);
+ *	reqtime_finish(&r->timing, now);
  *	inst_metrics_finished(m, &r->timing, reason);		finish or cancel
- *	req_timing_summary(&r->timing, &sum);			reply to client
- *	req_timing_free(&r->timing);
+ *	reqtime_summary(&r->timing, &sum);			reply to client
+ *	reqtime_free(&r->timing);
  *
  * A gap that spans a preemption is kept as it is: the user waited that long.
  * The control thread calls inst_metrics_snapshot() and then
@@ -60,11 +63,8 @@
  *                cap samples, whichever is fewer" (window_truncated says
  *                when that happened).
  *
- * Percentile definition (exact, window): linear interpolation between the
- * closest ranks, as NumPy's default and R's type 7: for n sorted values
- * x[0..n-1] and p in [0, 100], h = (n - 1) p / 100 and
- * P(p) = x[floor h] + (h - floor h) (x[floor h + 1] - x[floor h]).
- * For the values 1..100: p50 = 50.5, p90 = 90.1, p99 = 99.01, p100 = 100.
+ * Percentile definition (exact, window): percentile_sorted() in
+ * lib/percentile.h, linear interpolation between the closest ranks.
  */
 
 /* --- Histogram ---------------------------------------------------------- */
@@ -113,8 +113,6 @@ int	 hist_bucket(const struct hist_layout *, uint64_t);
 double	 hist_percentile(const struct hist *, double p);
 double	 hist_mean(const struct hist *);
 
-/* Exact percentile of n sorted values (definition above); 0 when n is 0. */
-double	 percentile_sorted(const uint64_t *, size_t n, double p);
 /* Sort values in place, ascending. */
 void	 sort_u64(uint64_t *, size_t n);
 
@@ -168,7 +166,7 @@ struct prefill_chunk {
  * chunk and 4 bytes per output token (the TBT gaps, in microseconds,
  * saturating at about 71 minutes).
  */
-struct req_timing {
+struct reqtime {
 	uint64_t	 arrival;
 	uint64_t	 admitted;	/* first admission; 0 until admitted */
 	uint64_t	 first_token;	/* 0 until the first token */
@@ -187,7 +185,7 @@ struct req_timing {
 };
 
 /* Derived figures; times in ns, rates in tokens/s, 0 when undefined. */
-struct req_summary {
+struct reqtime_summary {
 	uint64_t	 queue_ns;	/* admitted - arrival */
 	uint64_t	 prefill_ns;	/* last chunk end - admitted */
 	uint64_t	 prefill_busy_ns; /* sum of chunk durations */
@@ -206,18 +204,18 @@ struct req_summary {
 	double		 e2e_tps;	/* output_tokens / e2e_ns */
 };
 
-void	 req_timing_init(struct req_timing *, uint64_t arrival,
+void	 reqtime_init(struct reqtime *, uint64_t arrival,
 	    uint32_t prompt_tokens);
-void	 req_timing_free(struct req_timing *);
+void	 reqtime_free(struct reqtime *);
 /* The request got its first KV blocks; later re-admissions are ignored. */
-void	 req_timing_admit(struct req_timing *, uint64_t now);
-void	 req_timing_chunk(struct req_timing *, uint64_t start, uint64_t end,
+void	 reqtime_admit(struct reqtime *, uint64_t now);
+void	 reqtime_chunk(struct reqtime *, uint64_t start, uint64_t end,
 	    uint32_t tokens);
 /* A token was sampled at `now'; returns the gap to the last (0 if first). */
-uint64_t req_timing_token(struct req_timing *, uint64_t now);
-void	 req_timing_preempt(struct req_timing *);
-void	 req_timing_finish(struct req_timing *, uint64_t now);
-void	 req_timing_summary(const struct req_timing *, struct req_summary *);
+uint64_t reqtime_token(struct reqtime *, uint64_t now);
+void	 reqtime_preempt(struct reqtime *);
+void	 reqtime_finish(struct reqtime *, uint64_t now);
+void	 reqtime_summary(const struct reqtime *, struct reqtime_summary *);
 
 /* --- Per-instance aggregates -------------------------------------------- */
 
@@ -244,16 +242,6 @@ struct metric_info {
 	const struct hist_layout *layout;
 };
 extern const struct metric_info metric_info[MET__COUNT];
-
-enum finish_reason {
-	FINISH_LENGTH,		/* max_tokens or context reached */
-	FINISH_STOP,		/* a stop sequence matched */
-	FINISH_EOS,		/* the model produced end of sequence */
-	FINISH_CANCELLED,	/* the client cancelled or went away */
-	FINISH_ERROR,
-	FINISH__COUNT
-};
-extern const char *const finish_reason_names[FINISH__COUNT];
 
 enum metric_counter {
 	CNT_PREEMPTIONS,
@@ -310,9 +298,9 @@ void	 inst_metrics_iteration(struct inst_metrics *,
 	    const struct iter_sample *, const uint64_t *tbt_ns, size_t ntbt);
 /* A request has its first token: records queue, prefill, TTFT, prompt tok/s. */
 void	 inst_metrics_first_token(struct inst_metrics *,
-	    const struct req_timing *);
+	    const struct reqtime *);
 /* A request finished (records TPOT, e2e, output tokens/s and the reason). */
-void	 inst_metrics_finished(struct inst_metrics *, const struct req_timing *,
+void	 inst_metrics_finished(struct inst_metrics *, const struct reqtime *,
 	    enum finish_reason);
 void	 inst_metrics_count(struct inst_metrics *, enum metric_counter,
 	    uint64_t);

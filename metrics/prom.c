@@ -107,23 +107,12 @@ prom_label_value(struct strbuf *sb, const char *s)
 void
 prom_value(struct strbuf *sb, double v)
 {
-	char	tmp[64];
-	int	prec;
-
-	if (isnan(v)) {
+	if (isnan(v))
 		strbuf_adds(sb, "NaN");
-		return;
-	}
-	if (isinf(v)) {
+	else if (isinf(v))
 		strbuf_adds(sb, v > 0 ? "+Inf" : "-Inf");
-		return;
-	}
-	for (prec = 15; prec <= 17; prec++) {
-		snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-		if (strtod(tmp, NULL) == v)
-			break;
-	}
-	strbuf_adds(sb, tmp);
+	else
+		strbuf_double(sb, v);
 }
 
 /* Append # HELP (with \\ and newline escaped) and # TYPE for a family. */

@@ -307,7 +307,8 @@ attn_scratch_floats(const struct model_info *i)
  * extension code and the lack of contraction give bit-identical results
  * in every variant.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)	/* its resolver runs before TSan's runtime */
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void

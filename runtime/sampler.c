@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "sampler.h"
 #include "util.h"
 
@@ -84,17 +85,6 @@ sampler_params_check(const struct sampler_params *p, char **cause)
 		return (-1);
 	}
 	return (0);
-}
-
-/* One step of splitmix64, used to spread the seed over the state. */
-static uint64_t
-splitmix64(uint64_t *x)
-{
-	uint64_t	z = (*x += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return (z ^ (z >> 31));
 }
 
 /* Rotate left. */

@@ -1,7 +1,8 @@
-/* testdata.h: finding and reading the shared test data in the C tests. */
+/* testdata.h: finding, reading and comparing against the shared test data. */
 #ifndef PHASED_TESTDATA_H
 #define PHASED_TESTDATA_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,20 @@ json_numbers(const char *doc, const char *key, double *out, int max)
 			return (-1);
 		p = end;
 	}
+}
+
+/* Index of the highest logit, ties to the lowest id. */
+static __attribute__((unused)) int32_t
+argmax(const float *l, int n)
+{
+	int32_t	best = 0;
+	int	i;
+
+	for (i = 1; i < n; i++) {
+		if (l[i] > l[best])
+			best = i;
+	}
+	return (best);
 }
 
 #endif

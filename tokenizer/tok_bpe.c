@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "rng.h"
 #include "tok_impl.h"
 #include "tokenizer.h"
 #include "unicode.h"
@@ -24,18 +25,6 @@
 
 #define KEY_MERGES	"tokenizer.ggml.merges"
 #define KEY_PRE		"tokenizer.ggml.pre"
-
-/* Mix a 64-bit key into a hash (splitmix64's finalizer). */
-static uint64_t
-hash_u64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebULL;
-	x ^= x >> 31;
-	return (x);
-}
 
 /* Build GPT-2's byte <-> stand-in code point tables. */
 void
@@ -63,7 +52,7 @@ merge_find(const struct tokenizer *t, int32_t a, int32_t b)
 	uint64_t	key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
 	size_t		i;
 
-	i = hash_u64(key) & t->merge_mask;
+	i = mix64(key) & t->merge_mask;
 	while (t->merges[i].key != TOK_MERGE_EMPTY) {
 		if (t->merges[i].key == key)
 			return (&t->merges[i]);
@@ -80,7 +69,7 @@ merge_add(struct tokenizer *t, int32_t a, int32_t b, int32_t rank,
 	uint64_t	key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
 	size_t		i;
 
-	i = hash_u64(key) & t->merge_mask;
+	i = mix64(key) & t->merge_mask;
 	while (t->merges[i].key != TOK_MERGE_EMPTY) {
 		if (t->merges[i].key == key)
 			return;

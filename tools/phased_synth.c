@@ -17,6 +17,7 @@
 #include "gguf_write.h"
 #include "log.h"
 #include "quantize.h"
+#include "rng.h"
 #include "tensor_type.h"
 #include "util.h"
 
@@ -103,17 +104,6 @@ struct work {
 	size_t		 row_bytes;
 };
 
-/* splitmix64: a good 64-bit mix for seeding and for counter-based draws. */
-static inline uint64_t
-splitmix(uint64_t *state)
-{
-	uint64_t	z = (*state += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return (z ^ (z >> 31));
-}
-
 /*
  * Fill one row: uniform in [-a, a] with a = 0.02 * sqrt(3), so the standard
  * deviation is 0.02.  Each row has its own stream seeded from the seed,
@@ -132,14 +122,14 @@ fill_row(uint64_t seed, const struct gen *g, uint64_t row, float *x)
 		return;
 	}
 	st = seed ^ (g->idx << 40) ^ (row * 0x632be59bd9b4e019ULL);
-	splitmix(&st);
+	splitmix64(&st);
 	for (i = 0; i + 1 < g->cols; i += 2) {
-		r = splitmix(&st);
+		r = splitmix64(&st);
 		x[i] = (float)(int32_t)(uint32_t)r * scale;
 		x[i + 1] = (float)(int32_t)(uint32_t)(r >> 32) * scale;
 	}
 	if (i < g->cols)
-		x[i] = (float)(int32_t)(uint32_t)splitmix(&st) * scale;
+		x[i] = (float)(int32_t)(uint32_t)splitmix64(&st) * scale;
 }
 
 /* Generate and quantize a slice of rows into the chunk buffer. */

@@ -89,32 +89,11 @@ qmat_free(struct qmat *m)
 	free(m);
 }
 
-/* Memory beyond the mapped file: none, the kernels read the GGUF layout. */
-size_t
-qmat_extra_bytes(const struct qmat *m)
-{
-	return (m == NULL ? 0 : sizeof *m);
-}
-
 /* Number of rows (outputs). */
 int64_t
 qmat_rows(const struct qmat *m)
 {
 	return (m->rows);
-}
-
-/* Number of columns (inputs). */
-int64_t
-qmat_cols(const struct qmat *m)
-{
-	return (m->cols);
-}
-
-/* Tensor type of the weights. */
-uint32_t
-qmat_type(const struct qmat *m)
-{
-	return (m->type);
 }
 
 /* Decode one row. */

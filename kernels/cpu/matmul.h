@@ -17,11 +17,7 @@ struct qmat;
 struct qmat	*qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data,
 		    char **cause);
 void		 qmat_free(struct qmat *);
-/* Memory held beyond the mapped data, for reports. */
-size_t		 qmat_extra_bytes(const struct qmat *);
 int64_t		 qmat_rows(const struct qmat *);
-int64_t		 qmat_cols(const struct qmat *);
-uint32_t	 qmat_type(const struct qmat *);
 
 /*
  * Y[t][r] = sum over c of W[r][c] * X[t][c] for t < n_tok.  X is n_tok x cols

@@ -1,5 +1,5 @@
 /*
- * emu-backend.h: the runtime calls daemon/backend_cuda.c makes beyond those
+ * emu-backend.h: the runtime calls kernels/cuda/backend_cuda.c makes beyond those
  * the kernels' emulation (tests/gpu/emu) serves: streams, asynchronous and
  * peer copies, pinned memory.  Force-included when the backend is compiled
  * for tests/gpu/emu-engine-check.sh; emu-backend.c serves them, in order,

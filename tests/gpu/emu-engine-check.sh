@@ -48,17 +48,7 @@ inc="-I$top_srcdir/tests/gpu/emu/include -I$top_srcdir/tests/gpu -I$tmp \
     -I$top_srcdir/runtime -I$top_srcdir/tokenizer -I$top_srcdir/gguf \
     -I$top_srcdir/kernels/cpu"
 pids=
-for f in "$top_srcdir"/kernels/cuda/*.cu; do
-	b=$(basename "$f" .cu)
-	python3 "$top_srcdir/tests/gpu/emu/launch.py" "$f" >"$tmp/$b.cc" ||
-	    { echo "Bail out! cannot rewrite $f"; exit 1; }
-	$CXX -std=c++17 -O2 -g -w $san $inc -c -o "$tmp/$b.o" "$tmp/$b.cc" \
-	    >"$tmp/$b.log" 2>&1 &
-	pids="$pids $!"
-done
-$CXX -std=c++17 -O2 -g -w $san $inc -c -o "$tmp/emu.o" \
-    "$top_srcdir/tests/gpu/emu/emu.cc" >"$tmp/emu.log" 2>&1 &
-pids="$pids $!"
+. "$top_srcdir/tests/gpu/emu-kernels.sh"
 for f in kernels/ref.c tests/gpu/emu-backend.c tests/gpu/test-engine-cuda.c; do
 	$CC -std=gnu11 -O2 -g -pthread $san $inc -c \
 	    -o "$tmp/$(basename "$f" .c).o" "$top_srcdir/$f" \

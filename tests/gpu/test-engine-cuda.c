@@ -43,20 +43,6 @@ struct run {
 	struct kv_pool		*pool;
 };
 
-/* Index of the highest logit, ties to the lowest id. */
-static int32_t
-argmax(const float *l, int n)
-{
-	int32_t	best = 0;
-	int	i;
-
-	for (i = 1; i < n; i++) {
-		if (l[i] > l[best])
-			best = i;
-	}
-	return (best);
-}
-
 /* Largest absolute difference of two vectors. */
 static double
 maxdiff(const float *a, const float *b, int n)

@@ -229,9 +229,13 @@ for text, want in [
     ("model a /x\nmodel a /y\n", "model a already defined at line 1"),
     ("model a /x ctx\n", "model option 'ctx' is not key=value"),
     ("socket \"/tmp/x\n", "unterminated quoted string"),
-    ("default-policy ../evil\n", "must be a plugin name, not a path"),
+    ("default-policy ../evil\n", "default-policy: policy name '../evil' contains '/'"),
     ("model m /x ctx=5\n", "check.conf:1: model m: ctx 5 is out of range 16..16777216"),
     ("bf16-dot maybe\n", "check.conf:1: bf16-dot 'maybe' is not yes or no"),
+    ("max-output-buffer 1K\n", "check.conf:1: max-output-buffer 1K is out of range 64K..4G"),
+    ("max-frame-size 512\n", "check.conf:1: max-frame-size 512 is out of range 1K..256M"),
+    ("threads 2000\n", "check.conf:1: threads 2000 is out of range 0..1024"),
+    ("pidfile 1 2\n", "check.conf:1: pidfile takes exactly one value"),
     ("model m /x groups=gpu:cpu0\n", "unknown role 'gpu'"),
 ]:
     rc, err = check(text)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "metrics-testutil.h"
 #include "tap.h"
 
 #define MS	1000000ULL
@@ -18,6 +19,7 @@ static void
 test_percentiles(void)
 {
 	uint64_t	v[100], two[2] = { 10, 20 }, one = 7;
+	double		d[100], ps[4] = { 0, 50, 99, 100 };
 	int		i;
 
 	for (i = 0; i < 100; i++)
@@ -33,6 +35,15 @@ test_percentiles(void)
 	near(percentile_sorted(two, 2, 25), 12.5, 1e-9, "two values interpolate");
 	near(percentile_sorted(&one, 1, 99), 7, 1e-9, "one value is every percentile");
 	near(percentile_sorted(NULL, 0, 50), 0, 0, "no values give 0");
+	for (i = 0; i < 100; i++)
+		d[i] = (double)v[i] / 1000;
+	/* phasectl bench's doubles follow the same definition as stats. */
+	for (i = 0; i < 4; i++)
+		near(percentile_sorted_d(d, 100, ps[i]),
+		    percentile_sorted(v, 100, ps[i]) / 1000, 1e-12,
+		    "doubles: same percentile as counts");
+	near(percentile_sorted_d(d, 100, 99), 0.09901, 1e-12,
+	    "doubles: p99 of 0.001..0.1 interpolates");
 }
 
 /* Bucket layouts: monotone bounds and inclusive upper edges. */
@@ -181,27 +192,27 @@ test_window(void)
 static void
 test_request(void)
 {
-	struct req_timing	rt;
-	struct req_summary	s;
+	struct reqtime	rt;
+	struct reqtime_summary	s;
 	uint64_t		g[5];
 
-	req_timing_init(&rt, T0, 512);
-	req_timing_admit(&rt, T0 + 5 * MS);
-	req_timing_chunk(&rt, T0 + 10 * MS, T0 + 30 * MS, 256);
-	req_timing_chunk(&rt, T0 + 40 * MS, T0 + 60 * MS, 256);
-	g[0] = req_timing_token(&rt, T0 + 60 * MS);
-	g[1] = req_timing_token(&rt, T0 + 80 * MS);
-	g[2] = req_timing_token(&rt, T0 + 100 * MS);
-	g[3] = req_timing_token(&rt, T0 + 130 * MS);
-	g[4] = req_timing_token(&rt, T0 + 160 * MS);
-	req_timing_admit(&rt, T0 + 150 * MS);	/* re-admission is ignored */
-	req_timing_finish(&rt, T0 + 165 * MS);
+	reqtime_init(&rt, T0, 512);
+	reqtime_admit(&rt, T0 + 5 * MS);
+	reqtime_chunk(&rt, T0 + 10 * MS, T0 + 30 * MS, 256);
+	reqtime_chunk(&rt, T0 + 40 * MS, T0 + 60 * MS, 256);
+	g[0] = reqtime_token(&rt, T0 + 60 * MS);
+	g[1] = reqtime_token(&rt, T0 + 80 * MS);
+	g[2] = reqtime_token(&rt, T0 + 100 * MS);
+	g[3] = reqtime_token(&rt, T0 + 130 * MS);
+	g[4] = reqtime_token(&rt, T0 + 160 * MS);
+	reqtime_admit(&rt, T0 + 150 * MS);	/* re-admission is ignored */
+	reqtime_finish(&rt, T0 + 165 * MS);
 	is_int(g[0], 0, "first token has no gap");
 	ok(g[1] == 20 * MS && g[2] == 20 * MS && g[3] == 30 * MS &&
 	    g[4] == 30 * MS, "token gaps 20, 20, 30, 30 ms");
 	ok(rt.gaps_us[0] == 20000 && rt.gaps_us[3] == 30000,
 	    "gaps kept in microseconds");
-	req_timing_summary(&rt, &s);
+	reqtime_summary(&rt, &s);
 	is_int(s.queue_ns, 5 * MS, "queue time 5 ms");
 	is_int(s.prefill_ns, 55 * MS, "prompt processing 55 ms (admission to last chunk end)");
 	is_int(s.prefill_busy_ns, 40 * MS, "prefill chunks busy 40 ms");
@@ -216,38 +227,38 @@ test_request(void)
 	near(s.prompt_tps, 512 / 0.055, 1e-6, "prompt 512 tokens / 55 ms");
 	near(s.output_tps, 40, 1e-9, "output 4 tokens / 100 ms = 40 tokens/s");
 	near(s.e2e_tps, 5 / 0.165, 1e-9, "end-to-end 5 tokens / 165 ms");
-	req_timing_free(&rt);
+	reqtime_free(&rt);
 
 	/* One token: no TPOT, no decode rate. */
-	req_timing_init(&rt, T0, 3);
-	req_timing_admit(&rt, T0);
-	req_timing_chunk(&rt, T0, T0 + 2 * MS, 3);
-	req_timing_token(&rt, T0 + 2 * MS);
-	req_timing_finish(&rt, T0 + 2 * MS);
-	req_timing_summary(&rt, &s);
+	reqtime_init(&rt, T0, 3);
+	reqtime_admit(&rt, T0);
+	reqtime_chunk(&rt, T0, T0 + 2 * MS, 3);
+	reqtime_token(&rt, T0 + 2 * MS);
+	reqtime_finish(&rt, T0 + 2 * MS);
+	reqtime_summary(&rt, &s);
 	ok(s.tpot_ns == 0 && s.output_tps == 0, "one token: TPOT and output rate undefined (0)");
 	is_int(s.queue_ns, 0, "admitted on arrival: queue 0");
 	is_int(s.ttft_ns, 2 * MS, "TTFT 2 ms");
-	req_timing_free(&rt);
+	reqtime_free(&rt);
 
 	/* Cancelled while waiting. */
-	req_timing_init(&rt, T0, 100);
-	req_timing_finish(&rt, T0 + 9 * MS);
-	req_timing_summary(&rt, &s);
+	reqtime_init(&rt, T0, 100);
+	reqtime_finish(&rt, T0 + 9 * MS);
+	reqtime_summary(&rt, &s);
 	ok(s.queue_ns == 0 && s.prefill_ns == 0 && s.ttft_ns == 0,
 	    "never admitted: queue, prefill and TTFT stay 0");
 	is_int(s.e2e_ns, 9 * MS, "but end to end is 9 ms");
-	req_timing_free(&rt);
+	reqtime_free(&rt);
 
 	/* Many tokens: the gap array grows with the output only. */
-	req_timing_init(&rt, T0, 1);
+	reqtime_init(&rt, T0, 1);
 	for (int i = 0; i < 1000; i++)
-		req_timing_token(&rt, T0 + (uint64_t)i * MS);
+		reqtime_token(&rt, T0 + (uint64_t)i * MS);
 	is_int(rt.n_tokens, 1000, "1000 tokens");
 	ok(rt.gaps_alloc >= 999 && rt.gaps_alloc <= 2 * 999, "gap array sized to the output");
-	req_timing_summary(&rt, &s);
+	reqtime_summary(&rt, &s);
 	is_int(s.tpot_ns, 1 * MS, "TPOT 1 ms");
-	req_timing_free(&rt);
+	reqtime_free(&rt);
 }
 
 /* Find a row by name. */
@@ -262,25 +273,12 @@ row(const struct stats_row *rows, size_t n, const char *name)
 	return (NULL);
 }
 
-/* Run one synthetic request through an instance. */
+/* Run one synthetic request of 100 prompt tokens through an instance. */
 static void
 feed_request(struct inst_metrics *m, uint64_t at, uint64_t ttft,
     int ntok, uint64_t gap, enum finish_reason why)
 {
-	struct req_timing	rt;
-	int			i;
-
-	req_timing_init(&rt, at, 100);
-	req_timing_admit(&rt, at + 1 * MS);
-	req_timing_chunk(&rt, at + 1 * MS, at + ttft, 100);
-	for (i = 0; i < ntok; i++) {
-		req_timing_token(&rt, at + ttft + (uint64_t)i * gap);
-		if (i == 0)
-			inst_metrics_first_token(m, &rt);
-	}
-	req_timing_finish(&rt, at + ttft + (uint64_t)(ntok - 1) * gap);
-	inst_metrics_finished(m, &rt, why);
-	req_timing_free(&rt);
+	metrics_feed(m, at, 1 * MS, 100, ttft, ntok, gap, why);
 }
 
 /* Per-instance aggregates, window against since start, stats rows and rates. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "metrics-testutil.h"
 #include "prom.h"
 #include "strbuf.h"
 #include "tap.h"
@@ -591,20 +592,7 @@ static void
 feed(struct inst_metrics *m, uint64_t at, uint64_t ttft, int ntok, uint64_t gap,
     enum finish_reason why)
 {
-	struct req_timing	rt;
-	int			i;
-
-	req_timing_init(&rt, at, 64);
-	req_timing_admit(&rt, at + 2 * MS);
-	req_timing_chunk(&rt, at + 2 * MS, at + ttft, 64);
-	for (i = 0; i < ntok; i++) {
-		req_timing_token(&rt, at + ttft + (uint64_t)i * gap);
-		if (i == 0)
-			inst_metrics_first_token(m, &rt);
-	}
-	req_timing_finish(&rt, at + ttft + (uint64_t)(ntok - 1) * gap);
-	inst_metrics_finished(m, &rt, why);
-	req_timing_free(&rt);
+	metrics_feed(m, at, 2 * MS, 64, ttft, ntok, gap, why);
 }
 
 /* The whole exposition for two instances. */

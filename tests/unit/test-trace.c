@@ -9,6 +9,7 @@
 
 #include "strbuf.h"
 #include "trace.h"
+#include "unicode.h"
 #include "tap.h"
 
 /*
@@ -121,7 +122,7 @@ static char *
 jparse_string(struct jp *j)
 {
 	struct strbuf	 sb = STRBUF_INIT;
-	unsigned int	 u, lo;
+	uint32_t	 u, lo;
 	size_t		 len;
 	unsigned char	 c;
 
@@ -188,8 +189,9 @@ jparse_string(struct jp *j)
 			continue;
 		}
 		if (c >= 0x80) {
-			if ((len = utf8_valid_len((const unsigned char *)j->p,
-			    (size_t)(j->end - j->p), &u)) == 0) {
+			len = utf8_decode((const unsigned char *)j->p,
+			    (size_t)(j->end - j->p), &u);
+			if (u == UC_INVALID) {
 				jfail(j, "invalid UTF-8 in string");
 				goto bad;
 			}
