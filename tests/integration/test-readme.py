@@ -89,18 +89,24 @@ def wait_no_procs(clone, secs=30):
 
 
 def run_shell(cmd, cwd, env):
-    """Run one shell command line in its own session; (rc, output)."""
-    p = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, errors="replace", start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
+    """Run one shell command line in its own session; (rc, output).  The
+    output goes to a file, so a process it leaves behind holding its stdout
+    cannot keep the test waiting."""
+    with tempfile.TemporaryFile(mode="w+", errors="replace") as f:
+        p = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, env=env, stdout=f,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+        try:
+            rc = p.wait(timeout=LIMIT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            rc = -1
+        f.seek(0)
+        out = f.read()
+    if rc == -1:
         out += "\n(killed after %d s)" % LIMIT_S
-        return -1, out
-    return p.returncode, out
+    return rc, out
 
 
 if not os.path.exists(README):
