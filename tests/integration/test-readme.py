@@ -111,20 +111,6 @@ def run_shell(cmd, cwd, env):
 
 if not os.path.exists(README):
     skip_all("no README in %s" % SRCDIR)
-cmd = readme_command(open(README).read())
-ok(cmd is not None and "apt-get install" in cmd,
-   "the README starts with a command that installs the build's packages",
-   cmd)
-if cmd is None:
-    done()
-pkgs = apt_packages(cmd)
-if os.path.exists(CIRUN):
-    m = re.search(r'^pkgs="([^"]*)"', open(CIRUN).read(), re.M)
-    ci_pkgs = m.group(1).split() if m else []
-    ok(ci_pkgs and not set(ci_pkgs) - set(pkgs),
-       "the README installs every package .ci/run installs",
-       "missing from the README: %s" % " ".join(sorted(set(ci_pkgs) - set(pkgs))))
-
 top = subprocess.run(["git", "-C", SRCDIR, "rev-parse", "--show-toplevel"],
                      capture_output=True, text=True)
 if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != SRCDIR:
@@ -133,11 +119,25 @@ if not os.path.exists(MODEL):
     skip_all("no %s" % MODEL)
 if shutil.which("dpkg-query") is None:
     skip_all("no dpkg-query to tell whether the packages are installed")
+cmd = readme_command(open(README).read())
+pkgs = apt_packages(cmd) if cmd is not None else []
 # A test must not install packages or reach the network: the command runs
 # with an apt-get that only succeeds when what it is asked for is there.
 missing = missing_packages(pkgs)
 if missing:
     skip_all("packages the README installs are missing: %s" % " ".join(missing))
+
+ok(cmd is not None and "apt-get install" in cmd,
+   "the README starts with a command that installs the build's packages",
+   cmd)
+if cmd is None:
+    done()
+if os.path.exists(CIRUN):
+    m = re.search(r'^pkgs="([^"]*)"', open(CIRUN).read(), re.M)
+    ci_pkgs = m.group(1).split() if m else []
+    ok(ci_pkgs and not set(ci_pkgs) - set(pkgs),
+       "the README installs every package .ci/run installs",
+       "missing from the README: %s" % " ".join(sorted(set(ci_pkgs) - set(pkgs))))
 
 golden = json.load(open(GOLDEN))["greedy_text"]
 tmp = tempfile.mkdtemp(prefix="phased-readme-")
