@@ -46,6 +46,9 @@ config_defaults(struct phased_config *c)
 	c->max_waiting = 256;
 	c->threads = 0;
 	c->default_policy = xstrdup("fcfs");
+	c->http_max_body = 8U << 20;
+	c->http_timeout = 30;
+	c->http_max_connections = 4096;
 }
 
 /* Free everything a configuration holds. */
@@ -61,6 +64,9 @@ config_free(struct phased_config *c)
 	free(c->plugin_dir);
 	free(c->pidfile);
 	free(c->default_policy);
+	free(c->http_socket);
+	free(c->http_listen);
+	free(c->http_api_key);
 	for (i = 0; i < c->n_models; i++) {
 		free(c->models[i].name);
 		free(c->models[i].path);
@@ -302,6 +308,50 @@ apply_line(struct config_line *l, struct phased_config *c, char **cause)
 			    l->file, l->line, l->words[1]);
 			return (-1);
 		}
+	} else if (strcmp(k, "http-socket") == 0) {
+		if (strcmp(l->words[1], "none") != 0 && (l->words[1][0] != '/' ||
+		    strlen(l->words[1]) >= 108)) {
+			set_cause(cause, "%s:%d: http-socket must be none or an "
+			    "absolute path shorter than 108 bytes", l->file,
+			    l->line);
+			return (-1);
+		}
+		set_str(&c->http_socket, l->words[1]);
+	} else if (strcmp(k, "http-listen") == 0) {
+		if (strrchr(l->words[1], ':') == NULL) {
+			set_cause(cause, "%s:%d: http-listen '%s' is not "
+			    "HOST:PORT", l->file, l->line, l->words[1]);
+			return (-1);
+		}
+		set_str(&c->http_listen, l->words[1]);
+	} else if (strcmp(k, "http-api-key") == 0) {
+		if (strlen(l->words[1]) < 16) {
+			set_cause(cause, "%s:%d: http-api-key must be at least "
+			    "16 characters", l->file, l->line);
+			return (-1);
+		}
+		set_str(&c->http_api_key, l->words[1]);
+	} else if (strcmp(k, "http-timeout") == 0)
+		return (set_u32(l, &c->http_timeout, 1, 3600, 0, cause));
+	else if (strcmp(k, "http-max-connections") == 0)
+		return (set_u32(l, &c->http_max_connections, 1, 1 << 20, 0,
+		    cause));
+	else if (strcmp(k, "http-max-body") == 0 ||
+	    strcmp(k, "model-memory-limit") == 0) {
+		if (parse_size(l->words[1], &v, &why) != 0) {
+			set_cause(cause, "%s:%d: %s", l->file, l->line, why);
+			free(why);
+			return (-1);
+		}
+		if (k[0] == 'h' && (v < 1024 || v > (1ULL << 30))) {
+			set_cause(cause, "%s:%d: http-max-body %s is out of "
+			    "range 1K..1G", l->file, l->line, l->words[1]);
+			return (-1);
+		}
+		if (k[0] == 'h')
+			c->http_max_body = v;
+		else
+			c->model_memory_limit = v;
 	} else if (strcmp(k, "max-output-buffer") == 0) {
 		if (parse_size(l->words[1], &v, &why) != 0) {
 			set_cause(cause, "%s:%d: %s", l->file, l->line, why);

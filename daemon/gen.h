@@ -4,16 +4,53 @@
 
 #include <sys/queue.h>
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct instance;
 struct stream;
+struct gen;
+struct engine_gen;
+struct engine_event;
+
+/*
+ * Where a generation's events go when it is not a protobuf stream (the
+ * HTTP front end).  token gets every EV_TOKEN; done gets the EV_DONE after
+ * the gen left its instance's list, and frees the gen.  Both run on the
+ * control thread and own nothing of the event.
+ */
+struct gen_ops {
+	void	(*token)(struct gen *, struct engine_event *);
+	void	(*done)(struct gen *, struct engine_event *);
+};
 
 struct gen {
 	TAILQ_ENTRY(gen)	 entry;		/* in its instance's list */
 	struct instance		*inst;
 	struct stream		*stream;	/* NULL once the client is gone */
 	uint64_t		 engine_id;
+	const struct gen_ops	*ops;		/* NULL: a protobuf stream */
 };
+
+/* Largest prompt text a request may carry. */
+#define GEN_PROMPT_MAX_BYTES	(16U << 20)
+/* Output tokens when a request does not say. */
+#define GEN_MAX_TOKENS_DEFAULT	256
+
+/*
+ * Tokenize a prompt for an instance; add_bos -1 means the model's default.
+ * -1 and *cause when it is too long or does not encode.
+ */
+int	gen_tokenize(struct instance *, const char *prompt, size_t len,
+	    int add_bos, int parse_special, int32_t **ids, size_t *n_ids,
+	    char **cause);
+/* Check stop strings against the engine's limits; -1 and *cause. */
+int	gen_check_stops(char *const *stops, size_t n, char **cause);
+/*
+ * Submit a generation owned by g on its instance (g->inst is set here) and
+ * track it; -1 with *code (a Phased__ErrorCode) and *cause when refused.
+ */
+int	gen_start(struct instance *, struct engine_gen *, struct gen *,
+	    int *code, char **cause);
 
 #endif

@@ -15,9 +15,6 @@
 #include "tokenizer.h"
 #include "util.h"
 
-#define GEN_MAX_TOKENS_DEFAULT	256
-#define GEN_PROMPT_MAX_BYTES	(16U << 20)
-
 struct gen_msg {
 	struct mbox_msg		 m;
 	struct engine_event	 ev;
@@ -78,7 +75,15 @@ gen_deliver(struct mbox_msg *m)
 	Phased__Response	 r = PHASED__RESPONSE__INIT;
 	Phased__TokenEvent	 te = PHASED__TOKEN_EVENT__INIT;
 
-	if (ev->type == EV_TOKEN && g->stream != NULL) {
+	if (g->ops != NULL) {
+		if (ev->type == EV_TOKEN)
+			g->ops->token(g, ev);
+		else {
+			TAILQ_REMOVE(&g->inst->gens, g, entry);
+			instance_touch(g->inst);
+			g->ops->done(g, ev);
+		}
+	} else if (ev->type == EV_TOKEN && g->stream != NULL) {
 		te.token_id = ev->token;
 		te.text.data = (uint8_t *)ev->text;
 		te.text.len = ev->len;
@@ -92,6 +97,7 @@ gen_deliver(struct mbox_msg *m)
 			stream_free(g->stream);
 		}
 		TAILQ_REMOVE(&g->inst->gens, g, entry);
+		instance_touch(g->inst);
 		free(g);
 	}
 	free(ev->text);
@@ -130,6 +136,65 @@ sampler_of(const Phased__GenerateRequest *g, struct sampler_params *sp)
 		sp->seed = g->seed;
 }
 
+/* Tokenize a prompt for an instance; add_bos -1: the model's default. */
+int
+gen_tokenize(struct instance *in, const char *prompt, size_t len, int add_bos,
+    int parse_special, int32_t **ids, size_t *n_ids, char **cause)
+{
+	struct tokenizer	*tok = model_tokenizer(in->model);
+	char			*why = NULL;
+
+	if (len > GEN_PROMPT_MAX_BYTES) {
+		set_cause(cause, "prompt of %zu bytes is over the limit of %u",
+		    len, GEN_PROMPT_MAX_BYTES);
+		return (-1);
+	}
+	if (add_bos < 0)
+		add_bos = tokenizer_add_bos(tok);
+	if (tokenizer_encode(tok, prompt, len, add_bos, parse_special, ids,
+	    n_ids, &why) != 0) {
+		set_cause(cause, "prompt: %s", why);
+		free(why);
+		return (-1);
+	}
+	return (0);
+}
+
+/* Check stop strings against the engine's limits. */
+int
+gen_check_stops(char *const *stops, size_t n, char **cause)
+{
+	size_t	i;
+
+	if (n > ENGINE_MAX_STOPS) {
+		set_cause(cause, "%zu stop strings given (limit %d)", n,
+		    ENGINE_MAX_STOPS);
+		return (-1);
+	}
+	for (i = 0; i < n; i++) {
+		if (*stops[i] == '\0' || strlen(stops[i]) > ENGINE_MAX_STOP_LEN) {
+			set_cause(cause, "stop string %zu must be 1 to %d bytes",
+			    i + 1, ENGINE_MAX_STOP_LEN);
+			return (-1);
+		}
+	}
+	return (0);
+}
+
+/* Submit a generation owned by g and track it on its instance. */
+int
+gen_start(struct instance *in, struct engine_gen *eg, struct gen *g,
+    int *code, char **cause)
+{
+	g->inst = in;
+	g->engine_id = engine_submit(in->engine, eg, g, code, cause);
+	if (g->engine_id == 0)
+		return (-1);
+	TAILQ_INSERT_TAIL(&in->gens, g, entry);
+	instance_touch(in);
+	return (0);
+}
+
 /* Start a generation. */
 static void
 req_generate(struct conn *c, Phased__Request *req)
@@ -137,12 +202,11 @@ req_generate(struct conn *c, Phased__Request *req)
 	Phased__GenerateRequest	*gr = req->generate;
 	struct instance		*in;
 	struct engine_gen	 eg;
-	struct tokenizer	*tok;
 	struct stream		*s;
 	struct gen		*g;
 	int32_t			*ids = NULL;
 	size_t			 n_ids = 0, i;
-	int			 code, add_bos;
+	int			 code, add_bos, rc;
 	char			*cause = NULL;
 
 	if ((in = instance_find(gr->model)) == NULL) {
@@ -155,42 +219,25 @@ req_generate(struct conn *c, Phased__Request *req)
 		    "model %s is still loading", gr->model);
 		return;
 	}
-	if (gr->n_stop > ENGINE_MAX_STOPS) {
+	if (gen_check_stops(gr->stop, gr->n_stop, &cause) != 0) {
 		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_INVALID,
-		    "%zu stop strings given (limit %d)", gr->n_stop,
-		    ENGINE_MAX_STOPS);
+		    "%s", cause);
+		free(cause);
 		return;
-	}
-	for (i = 0; i < gr->n_stop; i++) {
-		if (*gr->stop[i] == '\0' ||
-		    strlen(gr->stop[i]) > ENGINE_MAX_STOP_LEN) {
-			conn_send_error(c, req->id,
-			    PHASED__ERROR_CODE__ERR_INVALID, "stop string %zu "
-			    "must be 1 to %d bytes", i + 1, ENGINE_MAX_STOP_LEN);
-			return;
-		}
 	}
 	memset(&eg, 0, sizeof eg);
 	eg.arrival_ns = now_ns();
-	tok = model_tokenizer(in->model);
 	if (gr->n_prompt_tokens > 0) {
 		ids = xreallocarray(NULL, gr->n_prompt_tokens, sizeof *ids);
 		memcpy(ids, gr->prompt_tokens, gr->n_prompt_tokens * sizeof *ids);
 		n_ids = gr->n_prompt_tokens;
 	} else {
-		if (strlen(gr->prompt) > GEN_PROMPT_MAX_BYTES) {
+		add_bos = gr->has_add_bos ? gr->add_bos : -1;
+		if (gen_tokenize(in, gr->prompt, strlen(gr->prompt), add_bos,
+		    gr->has_parse_special && gr->parse_special, &ids, &n_ids,
+		    &cause) != 0) {
 			conn_send_error(c, req->id,
-			    PHASED__ERROR_CODE__ERR_INVALID, "prompt of %zu "
-			    "bytes is over the limit of %u", strlen(gr->prompt),
-			    GEN_PROMPT_MAX_BYTES);
-			return;
-		}
-		add_bos = gr->has_add_bos ? gr->add_bos : tokenizer_add_bos(tok);
-		if (tokenizer_encode(tok, gr->prompt, strlen(gr->prompt),
-		    add_bos, gr->has_parse_special && gr->parse_special, &ids,
-		    &n_ids, &cause) != 0) {
-			conn_send_error(c, req->id,
-			    PHASED__ERROR_CODE__ERR_INVALID, "prompt: %s", cause);
+			    PHASED__ERROR_CODE__ERR_INVALID, "%s", cause);
 			free(cause);
 			return;
 		}
@@ -206,23 +253,21 @@ req_generate(struct conn *c, Phased__Request *req)
 		eg.deadline_ns = eg.arrival_ns + gr->deadline_ms * 1000000ULL;
 
 	g = xcalloc(1, sizeof *g);
-	g->inst = in;
 	if ((s = stream_open(c, req->id, gen_cancel, g)) == NULL) {
 		free(g);
 		free(ids);
 		return;
 	}
 	g->stream = s;
-	g->engine_id = engine_submit(in->engine, &eg, g, &code, &cause);
+	rc = gen_start(in, &eg, g, &code, &cause);
 	free(ids);
-	if (g->engine_id == 0) {
+	if (rc != 0) {
 		conn_send_error(c, req->id, code, "%s", cause);
 		free(cause);
 		stream_free(s);
 		free(g);
 		return;
 	}
-	TAILQ_INSERT_TAIL(&in->gens, g, entry);
 }
 
 const struct req_entry req_generate_entry = {
