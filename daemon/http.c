@@ -32,6 +32,7 @@
 #include "instance.h"
 #include "log.h"
 #include "phased.h"
+#include "prom.h"
 #include "strbuf.h"
 #include "util.h"
 
@@ -275,7 +276,7 @@ http_error(struct evhttp_request *req, enum http_err_style style, int status,
 	if (style == HTTP_ERR_OLLAMA)
 		o = json_pack("{ss}", "error", msg);
 	else
-		o = json_pack("{s{ss,ss,s?s,s?s}}", "error", "message", msg,
+		o = json_pack("{s{ss,ss,ss?,ss?}}", "error", "message", msg,
 		    "type", err_type(status), "param", param, "code",
 		    status == 404 ? "model_not_found" : NULL);
 	if (status == 429 || status == 503)
@@ -387,6 +388,43 @@ http_health(struct evhttp_request *req, const struct http_peer *p)
 	    models));
 }
 
+/* The live gauges under vLLM's names and label, for its dashboards. */
+static void
+vllm_gauges(struct strbuf *sb)
+{
+	static const char *const names[] = { "vllm:num_requests_running",
+	    "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc" };
+	static const char *const help[] = { "Requests running now.",
+	    "Requests waiting now.", "Fraction of KV cache blocks in use." };
+	struct engine_counts	 ec;
+	struct instance		*in;
+	uint64_t		 used, total;
+	double			 v;
+	int			 k, i;
+
+	for (k = 0; k < 3; k++) {
+		strbuf_printf(sb, "# HELP %s %s\n# TYPE %s gauge\n", names[k],
+		    help[k], names[k]);
+		for (in = instance_first(); in != NULL; in = instance_next(in)) {
+			if (in->state != INST_READY)
+				continue;
+			engine_counts(in->engine, &ec);
+			used = total = 0;
+			for (i = 0; i < ec.n_groups; i++) {
+				used += ec.kv_used[i];
+				total += ec.kv_total[i];
+			}
+			v = k == 0 ? ec.running : k == 1 ? ec.waiting :
+			    total > 0 ? (double)used / total : 0;
+			strbuf_printf(sb, "%s{model_name=", names[k]);
+			prom_label_value(sb, in->name);
+			strbuf_adds(sb, "} ");
+			prom_value(sb, v);
+			strbuf_addc(sb, '\n');
+		}
+	}
+}
+
 /* GET /metrics: Prometheus text. */
 static void
 http_metrics(struct evhttp_request *req, const struct http_peer *p)
@@ -396,6 +434,7 @@ http_metrics(struct evhttp_request *req, const struct http_peer *p)
 
 	strbuf_init(&sb);
 	instance_prom_text(&sb);
+	vllm_gauges(&sb);
 	evbuffer_add(b, strbuf_str(&sb), sb.len);
 	strbuf_free(&sb);
 	evhttp_add_header(evhttp_request_get_output_headers(req),

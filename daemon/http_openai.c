@@ -124,14 +124,14 @@ oai_params(json_t *o, struct hgen *hg, char **cause)
 		return (-1);
 	if (given)
 		sp->repeat_penalty = (float)d;
-	if (hj_number(o, "presence_penalty", -2, 2, &d, NULL, cause) != 0 ||
-	    hj_number(o, "frequency_penalty", -2, 2, &d, NULL, cause) != 0)
+	if (hj_number(o, "presence_penalty", 0, 0, &d, NULL, cause) != 0 ||
+	    hj_number(o, "frequency_penalty", 0, 0, &d, NULL, cause) != 0) {
+		free(*cause);
+		set_cause(cause, "fields 'presence_penalty' and "
+		    "'frequency_penalty' are not supported (only 0): use "
+		    "'repetition_penalty'");
 		return (-1);
-	if (refuse_unless(o, "presence_penalty", json_real(0), "only 0; "
-	    "use repetition_penalty", cause) != 0 ||
-	    refuse_unless(o, "frequency_penalty", json_real(0), "only 0; "
-	    "use repetition_penalty", cause) != 0)
-		return (-1);
+	}
 	if (hj_int(o, "n", 1, 1, &x, NULL, cause) != 0) {
 		free(*cause);
 		set_cause(cause, "field 'n' must be 1: one choice per request");
