@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_http.h"
 #include "gguf.h"
 #include "phasectl.h"
 #include "tokenizer.h"
@@ -35,7 +36,7 @@
 	"\t[--prompt-len N|A-B] [--output-len N|A-B] [--lengths-file F] " \
 	"[--seed S]\n" \
 	"\t[--slo-ttft-ms X] [--slo-tbt-ms Y] [--model-file PATH] " \
-	"[--timeline FILE] [--quiet]\n" \
+	"[--timeline FILE] [--quiet] [--url URL]\n" \
 	"\t[--scenario interference [--chats K] [--chat-output N] " \
 	"[--chat-prompt-len N]\n" \
 	"\t [--long-prompt-len L] [--long-output N] [--long-every S] " \
@@ -77,6 +78,7 @@ struct b_opts {
 	uint32_t	 long_output;
 	double		 long_every;
 	uint32_t	 long_count;
+	const char	*url;		/* an OpenAI-compatible server */
 };
 
 /* One request and everything measured about it. */
@@ -87,6 +89,7 @@ struct b_req {
 	uint32_t	 output_len;
 	double		 arrival_s;	/* planned send time (open loop) */
 	struct phased_conn *conn;
+	struct bh_conn	*http;		/* --url */
 	uint64_t	 id;
 	int		 done;
 	int		 cancelled;	/* by the bench, at the end of a scenario */
@@ -281,6 +284,14 @@ b_parse(int argc, char **argv, struct b_opts *o)
 		if (strcmp(a, "--rate") == 0) {
 			o->rate = ctl_num(a, v, 1e-6, 1e6);
 			have_rate = 1;
+		} else if (strcmp(a, "--url") == 0) {
+			char	err[512];
+
+			if (bh_url_check(v, err, sizeof err) != 0) {
+				ctl_fail(CTL_EUSAGE, "%s", err);
+				return (-1);
+			}
+			o->url = v;
 		} else if (strcmp(a, "--burstiness") == 0) {
 			o->burstiness = ctl_num(a, v, 1e-3, 1e3);
 			have_burst = 1;
@@ -583,7 +594,10 @@ b_finish(struct bench *b, struct b_req *r, const char *finish,
 	r->finish = xstrdup(finish);
 	if (error != NULL)
 		r->error = xstrdup(error);
-	if (conn_ok) {
+	if (r->http != NULL) {
+		bh_close(r->http);
+		r->http = NULL;
+	} else if (conn_ok) {
 		b->idle = xreallocarray(b->idle, b->n_idle + 1,
 		    sizeof *b->idle);
 		b->idle[b->n_idle++] = r->conn;
@@ -637,7 +651,15 @@ b_send(struct bench *b, struct b_req *r)
 		b->chat_busy[r->stream] = 1;
 	else if (r->kind == BK_LONG)
 		b->longs_sent++;
-	if ((r->conn = b_conn(b, err, sizeof err)) != NULL) {
+	if (b->o->url != NULL) {
+		r->send_ns = now_ns() - b->t0;
+		r->http = bh_send(b->o->url, b->o->model, ids, r->prompt_len,
+		    r->output_len, err, sizeof err);
+		if (r->http != NULL) {
+			free(ids);
+			return;
+		}
+	} else if ((r->conn = b_conn(b, err, sizeof err)) != NULL) {
 		r->id = phased_next_id(r->conn);
 		req.id = r->id;
 		r->send_ns = now_ns() - b->t0;
@@ -670,6 +692,35 @@ b_token(struct bench *b, struct b_req *r, const Phased__TokenEvent *t,
 	b->out_tokens++;
 }
 
+/* Read what an HTTP server sent for a request and act on it. */
+static void
+b_read_http(struct bench *b, struct b_req *r)
+{
+	Phased__TokenEvent	 te = PHASED__TOKEN_EVENT__INIT;
+	struct bh_result	 hr;
+	uint64_t		 at;
+	uint32_t		 i;
+
+	bh_read(r->http, &hr);
+	at = now_ns() - b->t0;
+	/* No server times per token: the daemon's view is the client's. */
+	te.t_us = (at - r->send_ns) / 1000;
+	for (i = 0; i < hr.n_tokens; i++)
+		b_token(b, r, &te, at);
+	if (!hr.done)
+		return;
+	r->d_prompt_tokens = hr.prompt_tokens != 0 ? hr.prompt_tokens :
+	    r->prompt_len;
+	r->d_output_tokens = hr.output_tokens != 0 ? hr.output_tokens :
+	    (uint32_t)r->n_tok;
+	r->d_queue_ms = hr.queue_ms;
+	r->d_prompt_ms = hr.prompt_ms;
+	r->d_ttft_ms = hr.ttft_ms;
+	r->d_e2e_ms = hr.e2e_ms;
+	b_finish(b, r, hr.finish[0] != '\0' ? hr.finish : "stop",
+	    hr.error[0] != '\0' ? hr.error : NULL, 1);
+}
+
 /* Read one frame for an in-flight request and act on it. */
 static void
 b_read(struct bench *b, struct b_req *r)
@@ -679,6 +730,10 @@ b_read(struct bench *b, struct b_req *r)
 	char			 err[512];
 	uint64_t		 at;
 
+	if (r->http != NULL) {
+		b_read_http(b, r);
+		return;
+	}
 	if (phased_recv(r->conn, &resp, err, sizeof err) != 0) {
 		b_finish(b, r, "error", err, 0);
 		return;
@@ -783,6 +838,13 @@ b_cancel_chats(struct bench *b)
 		r = b->inflight[i];
 		if (r->kind != BK_CHAT)
 			continue;
+		if (r->http != NULL) {
+			/* Closing the connection cancels on the server. */
+			r->cancelled = 1;
+			b_finish(b, r, "cancelled", NULL, 1);
+			i--;
+			continue;
+		}
 		cr.target = r->id;
 		req.id = phased_next_id(r->conn);
 		req.body_case = PHASED__REQUEST__BODY_CANCEL;
@@ -880,7 +942,8 @@ b_run(struct bench *b)
 		n = b->n_inflight;
 		memcpy(snap, b->inflight, n * sizeof *snap);
 		for (i = 0; i < n; i++) {
-			pfd[i].fd = phased_fd(snap[i]->conn);
+			pfd[i].fd = snap[i]->http != NULL ?
+			    bh_fd(snap[i]->http) : phased_fd(snap[i]->conn);
 			pfd[i].events = POLLIN;
 			pfd[i].revents = 0;
 		}
@@ -896,8 +959,8 @@ b_run(struct bench *b)
 			frames = 0;
 			do {
 				b_read(b, snap[i]);
-			} while (!snap[i]->done && ++frames < B_FRAMES_PER_FD &&
-			    b_readable(pfd[i].fd));
+			} while (!snap[i]->done && snap[i]->http == NULL &&
+			    ++frames < B_FRAMES_PER_FD && b_readable(pfd[i].fd));
 		}
 	}
 	free(pfd);
@@ -1292,7 +1355,13 @@ cmd_bench(struct ctl *ctl, int argc, char **argv)
 	}
 	if (o.mode != BM_INTERFERENCE && o.requests == 0 && o.duration == 0)
 		o.requests = b.n_lengths > 0 ? (uint32_t)b.n_lengths : 10;
-	if (b_model_info(&b, &path) != 0) {
+	if (o.url != NULL) {
+		char	err[512];
+
+		/* Servers may name their model otherwise (llama-server). */
+		if (bh_model_check(o.url, o.model, err, sizeof err) != 0)
+			ctl_fail(0, "warning: %s", err);
+	} else if (b_model_info(&b, &path) != 0) {
 		b_free(&b);
 		return (CTL_EDAEMON);
 	}

@@ -404,6 +404,32 @@ try:
     st, _, r = jcall(port, "GET", "/v1/models", headers=AUTH)
     ok(st == 200, "TCP with the key: 200", r)
 
+    # --- phasectl bench --url -------------------------------------------------
+    env = dict(os.environ, OPENAI_API_KEY=KEY)
+    p = subprocess.run([PHASECTL, "--json", "bench", "stories", "--url",
+                        "http://127.0.0.1:%d/v1" % port, "--concurrency", "3",
+                        "--requests", "9", "--prompt-len", "16",
+                        "--output-len", "8", "--quiet"], capture_output=True,
+                       env=env, timeout=120)
+    try:
+        rep = json.loads(p.stdout)
+    except ValueError:
+        rep = {}
+    ok(p.returncode == 0 and rep.get("completed") == 9 and
+       rep.get("errors") == 0 and rep.get("output_tokens", 9 * 8) == 9 * 8,
+       "phasectl bench --url runs a workload over HTTP", (p.stdout[:500],
+                                                          p.stderr[-500:]))
+    p = subprocess.run([PHASECTL, "bench", "stories", "--url",
+                        "http://127.0.0.1:%d/v1" % port, "--requests", "1",
+                        "--quiet"], capture_output=True, timeout=60,
+                       env=dict(os.environ, OPENAI_API_KEY=""))
+    ok(p.returncode != 0 and b"API key" in p.stderr, "bench --url reports "
+       "the server's error", p.stderr[-500:])
+    p = subprocess.run([PHASECTL, "bench", "stories", "--url", "https://x"],
+                       capture_output=True, timeout=60)
+    ok(p.returncode != 0 and b"http://" in p.stderr, "bench --url refuses "
+       "a URL it cannot use", p.stderr)
+
     # --- hostile clients -----------------------------------------------------------
     def witness():
         st, _, r = jcall(HS, "POST", "/v1/completions", {
