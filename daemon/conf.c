@@ -48,7 +48,6 @@ config_defaults(struct phased_config *c)
 	c->default_policy = xstrdup("fcfs");
 	c->http_max_body = 8U << 20;
 	c->http_timeout = 30;
-	c->http_max_connections = 4096;
 }
 
 /* Free everything a configuration holds. */
@@ -333,9 +332,6 @@ apply_line(struct config_line *l, struct phased_config *c, char **cause)
 		set_str(&c->http_api_key, l->words[1]);
 	} else if (strcmp(k, "http-timeout") == 0)
 		return (set_u32(l, &c->http_timeout, 1, 3600, 0, cause));
-	else if (strcmp(k, "http-max-connections") == 0)
-		return (set_u32(l, &c->http_max_connections, 1, 1 << 20, 0,
-		    cause));
 	else if (strcmp(k, "http-max-body") == 0 ||
 	    strcmp(k, "model-memory-limit") == 0) {
 		if (parse_size(l->words[1], &v, &why) != 0) {

@@ -38,7 +38,6 @@ struct phased_config {
 	char		*http_api_key;	/* NULL: none */
 	uint64_t	 http_max_body;
 	uint32_t	 http_timeout;	/* seconds a client may stall */
-	uint32_t	 http_max_connections;
 	uint64_t	 model_memory_limit; /* 0: none */
 	struct config_model *models;
 	int		 n_models;
