@@ -40,6 +40,8 @@ ctl_print_model(const Phased__ModelInfo *m, int json)
 		json_str(stdout, m->path);
 		printf(",\"policy\":");
 		json_str(stdout, m->policy);
+		printf(",\"chat_template\":");
+		json_str(stdout, m->chat_template);
 		printf(",\"kv_blocks_total\":%u,\"kv_blocks_used\":%u,"
 		    "\"kv_block_size\":%u,\"requests_running\":%u,"
 		    "\"requests_waiting\":%u,\"groups\":[",
@@ -63,9 +65,11 @@ ctl_print_model(const Phased__ModelInfo *m, int json)
 	printf("%-16s %-8s %7.1fM %-7s ", m->name, m->arch,
 	    m->n_params / 1e6, m->tensor_type);
 	print_size(m->file_size);
-	printf("  ctx %u  %s  policy %s  kv %u/%u  run %u wait %u\n", m->ctx,
+	printf("  ctx %u  %s  policy %s  kv %u/%u  run %u wait %u", m->ctx,
 	    m->state, m->policy != NULL ? m->policy : "-", m->kv_blocks_used,
 	    m->kv_blocks_total, m->requests_running, m->requests_waiting);
+	printf("  template %s\n", m->chat_template != NULL ?
+	    m->chat_template : "-");
 	for (i = 0; i < m->n_groups; i++) {
 		printf("  group %s: %s on %s, kv %u/%u", m->groups[i]->name,
 		    m->groups[i]->role, m->groups[i]->devices,

@@ -14,11 +14,11 @@
 static const char gen_usage[] = "usage: phasectl generate NAME "
     "[--max-tokens N] [--temp T] [--top-k K] [--top-p P] [--min-p P] "
     "[--repeat-penalty R] [--seed S] [--stop STR]... [--deadline-ms N] "
-    "[--no-bos] PROMPT";
+    "[--no-bos] [--logprobs N] PROMPT";
 
 /* Print the final Done as a JSON object. */
-static void
-print_done_json(const Phased__Done *d)
+void
+ctl_print_done_json(const Phased__Done *d)
 {
 	const Phased__Timings	*t = d->timings;
 
@@ -47,6 +47,7 @@ cmd_generate(struct ctl *ctl, int argc, char **argv)
 	char			*stops[GEN_MAX_STOPS], err[512];
 	const char		*o;
 	int			 i, rc = CTL_OK, n_stops = 0, ended = 0;
+	int			 logprobs = 0;
 
 	if (argc < 2)
 		return (ctl_fail(CTL_EUSAGE, "%s", gen_usage));
@@ -94,6 +95,12 @@ cmd_generate(struct ctl *ctl, int argc, char **argv)
 			gr.has_deadline_ms = 1;
 			gr.deadline_ms = (uint32_t)ctl_num(o, argv[++i], 1,
 			    86400000);
+		} else if (strcmp(o, "--logprobs") == 0) {
+			gr.has_logprobs = gr.logprobs = 1;
+			gr.has_top_logprobs = 1;
+			gr.top_logprobs = (uint32_t)ctl_num(o, argv[++i], 0,
+			    1000);
+			logprobs = 1;
 		} else if (strcmp(o, "--stop") == 0) {
 			if (n_stops == GEN_MAX_STOPS)
 				return (ctl_fail(CTL_EUSAGE, "more than %d "
@@ -128,22 +135,13 @@ cmd_generate(struct ctl *ctl, int argc, char **argv)
 		}
 		switch (r->body_case) {
 		case PHASED__RESPONSE__BODY_TOKEN:
-			if (ctl->json) {
-				printf("{\"token_id\":%d,\"text\":",
-				    r->token->token_id);
-				json_strn(stdout, (const char *)r->token->text.data,
-				    r->token->text.len);
-				printf(",\"t_ms\":%.3f}\n", r->token->t_us / 1000.0);
-			} else if (r->token->text.len > 0)
-				fwrite(r->token->text.data, 1, r->token->text.len,
-				    stdout);
-			fflush(stdout);
+			ctl_print_token(ctl, r->token, logprobs);
 			break;
 		case PHASED__RESPONSE__BODY_DONE:
 			ended = 1;
 			if (ctl->json)
-				print_done_json(r->done);
-			else
+				ctl_print_done_json(r->done);
+			else if (!logprobs)
 				printf("\n");
 			if (strcmp(r->done->finish_reason, "error") == 0) {
 				ctl_fail(0, "generation failed: %s",
@@ -166,6 +164,7 @@ cmd_generate(struct ctl *ctl, int argc, char **argv)
 const struct ctl_cmd ctl_generate_cmd = {
 	.words = { "generate" },
 	.args = "NAME [--max-tokens N] [--temp T] [--top-k K] [--top-p P] "
-	    "[--min-p P] [--repeat-penalty R] [--seed S] [--stop STR]... PROMPT",
+	    "[--min-p P] [--repeat-penalty R] [--seed S] [--stop STR]... "
+	    "[--logprobs N] PROMPT",
 	.exec = cmd_generate,
 };

@@ -26,6 +26,8 @@ static const struct ctl_cmd *const commands[] = {
 	&ctl_top_cmd,
 	&ctl_trace_cmd,
 	&ctl_bench_cmd,
+	&ctl_chat_cmd,
+	&ctl_render_cmd,
 };
 #define N_COMMANDS	(sizeof commands / sizeof commands[0])
 

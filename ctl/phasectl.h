@@ -29,6 +29,12 @@ extern const struct ctl_cmd ctl_status_cmd, ctl_reload_cmd, ctl_shutdown_cmd;
 extern const struct ctl_cmd ctl_load_cmd, ctl_unload_cmd, ctl_models_cmd;
 /* cmd_generate.c */
 extern const struct ctl_cmd ctl_generate_cmd;
+/* Print a generation's final Done as a JSON line. */
+void	ctl_print_done_json(const Phased__Done *);
+/* cmd_chat.c */
+extern const struct ctl_cmd ctl_chat_cmd, ctl_render_cmd;
+/* Print a token event as text, JSON, or a line with its log probabilities. */
+void	ctl_print_token(struct ctl *, const Phased__TokenEvent *, int logprobs);
 /* cmd_policy.c */
 extern const struct ctl_cmd ctl_policy_list_cmd, ctl_policy_show_cmd,
 	    ctl_policy_set_cmd;

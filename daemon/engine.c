@@ -66,6 +66,11 @@ struct ereq {
 	double			 tbt_last_ms;
 	double			 tbt_ewma_ms;
 	int			 announced;	/* policy told of its arrival */
+	int32_t			 eog_ids[ENGINE_MAX_EOG];
+	int			 n_eog_ids;
+	int			 eog_stop;
+	int			 top_logprobs;	/* -1: no log probabilities */
+	float			*raw_logits;	/* a copy for them */
 };
 TAILQ_HEAD(ereq_list, ereq);
 
@@ -173,6 +178,7 @@ ereq_free(struct ereq *r)
 		free(r->stops[i]);
 	free(r->held);
 	free(r->cancel_why);
+	free(r->raw_logits);
 	req_timing_free(&r->timing);
 	free(r);
 }
@@ -396,6 +402,18 @@ take_text(struct ereq *r, const char *text, size_t len, int final,
 	return (0);
 }
 
+/* Whether id is one of the request's own end-of-turn tokens. */
+static int
+is_req_eog(const struct ereq *r, int32_t id)
+{
+	int	i;
+
+	for (i = 0; i < r->n_eog_ids; i++)
+		if (r->eog_ids[i] == id)
+			return (1);
+	return (0);
+}
+
 /*
  * Sample the next token of a request from its logits, emit it, and finish
  * the request if it is done.  Lock held.  Returns the TBT gap in ns (0 for
@@ -413,6 +431,8 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 	int			 first, stopped = 0, eog, done;
 	enum finish_reason	 reason = FINISH_LENGTH;
 
+	if (r->top_logprobs >= 0)
+		memcpy(r->raw_logits, logits, e->n_vocab * sizeof *logits);
 	id = sampler_sample(r->sampler, logits, r->tokens, r->n_tokens);
 	first = r->timing.first_token == 0;
 	gap = req_timing_token(&r->timing, now);
@@ -430,7 +450,7 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 	r->tokens[r->n_tokens++] = id;
 	r->n_generated++;
 
-	eog = tokenizer_is_eog(tok, id);
+	eog = tokenizer_is_eog(tok, id) || is_req_eog(r, id);
 	done = eog || r->n_generated >= r->max_tokens ||
 	    r->n_tokens >= e->conf.ctx;
 	len = eog ? 0 : detok_push(&r->detok, id, buf, sizeof buf);
@@ -446,6 +466,11 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 	ev.owner = r->owner;
 	ev.token = id;
 	ev.t_ns = now - r->timing.arrival;
+	if (r->top_logprobs >= 0) {
+		ev.has_logprob = 1;
+		ev.n_top = sampler_logprobs(r->raw_logits, (int)e->n_vocab, id,
+		    r->top_logprobs, &ev.logprob, ev.top_ids, ev.top_lps);
+	}
 	if (r->n_stops > 0)
 		stopped = take_text(r, buf, len, done, &ev);
 	else {
@@ -456,7 +481,7 @@ sample_and_emit(struct engine *e, struct ereq *r, float *logits, uint64_t now)
 	if (stopped)
 		reason = FINISH_STOP;
 	else if (eog)
-		reason = FINISH_EOS;
+		reason = r->eog_stop ? FINISH_STOP : FINISH_EOS;
 	if (stopped || done)
 		finish(e, r, reason, NULL);
 	return (first ? 0 : gap);
@@ -965,7 +990,21 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 		free(why);
 		return (0);
 	}
+	if (gen->top_logprobs < 0 ||
+	    gen->top_logprobs > SAMPLER_TOP_LOGPROBS_MAX) {
+		set_cause(cause, "top_logprobs %d is out of range 0..%d",
+		    gen->top_logprobs, SAMPLER_TOP_LOGPROBS_MAX);
+		return (0);
+	}
 	r = xcalloc(1, sizeof *r);
+	r->top_logprobs = -1;
+	if (gen->logprobs || gen->top_logprobs > 0) {
+		r->top_logprobs = gen->top_logprobs;
+		r->raw_logits = xreallocarray(NULL, e->n_vocab, sizeof(float));
+	}
+	for (j = 0; j < gen->n_eog_ids && j < ENGINE_MAX_EOG; j++)
+		r->eog_ids[r->n_eog_ids++] = gen->eog_ids[j];
+	r->eog_stop = gen->eog_stop;
 	r->owner = owner;
 	r->state = PHASED_REQ_WAITING;
 	r->group = -1;

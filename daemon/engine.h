@@ -15,6 +15,7 @@ struct trace;
 #define ENGINE_MAX_GROUPS	8
 #define ENGINE_MAX_STOPS	8
 #define ENGINE_MAX_STOP_LEN	256
+#define ENGINE_MAX_EOG		8
 
 /* One device group: its role and the CPUs its threads run on. */
 struct engine_group_spec {
@@ -47,6 +48,12 @@ struct engine_gen {
 	int			 n_stops;
 	uint64_t		 deadline_ns;	/* 0: none */
 	uint64_t		 arrival_ns;
+	/* End of turn: these ids end the request too, and EOG says "stop". */
+	int32_t			 eog_ids[ENGINE_MAX_EOG];
+	int			 n_eog_ids;
+	int			 eog_stop;
+	int			 logprobs;	/* report each token's log prob */
+	int			 top_logprobs;	/* and of the N likeliest */
 };
 
 /* Kinds of events the engine sends the control thread. */
@@ -65,6 +72,12 @@ struct engine_event {
 	enum finish_reason	 reason;	/* EV_DONE */
 	char			*error;		/* EV_DONE with FINISH_ERROR */
 	struct req_summary	 summary;	/* EV_DONE */
+	/* EV_TOKEN of a request that asked for log probabilities. */
+	int			 has_logprob;
+	float			 logprob;
+	int			 n_top;
+	int32_t			 top_ids[SAMPLER_TOP_LOGPROBS_MAX];
+	float			 top_lps[SAMPLER_TOP_LOGPROBS_MAX];
 };
 
 /*

@@ -7,11 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct conn;
+struct engine_event;
+struct engine_gen;
+struct gen;
 struct instance;
 struct stream;
-struct gen;
-struct engine_gen;
-struct engine_event;
 
 /*
  * Where a generation's events go when it is not a protobuf stream (the
@@ -34,8 +35,18 @@ struct gen {
 
 /* Largest prompt text a request may carry. */
 #define GEN_PROMPT_MAX_BYTES	(16U << 20)
-/* Output tokens when a request does not say. */
+/* Default max_tokens of a generation or a chat. */
 #define GEN_MAX_TOKENS_DEFAULT	256
+
+/* The model a request names if ready; NULL after answering an error. */
+struct instance	*gen_instance(struct conn *, uint64_t req_id, const char *model);
+/* Check stop strings and top_logprobs into eg; -1 after answering. */
+int		 gen_options(struct conn *, uint64_t req_id, char **stop,
+		    size_t n_stop, int logprobs, int has_top, uint32_t top,
+		    struct engine_gen *eg);
+/* Submit eg (the caller keeps its memory) and stream its events. */
+void		 gen_start(struct conn *, uint64_t req_id, struct instance *,
+		    struct engine_gen *eg);
 
 /*
  * Tokenize a prompt for an instance; add_bos -1 means the model's default.
@@ -44,13 +55,12 @@ struct gen {
 int	gen_tokenize(struct instance *, const char *prompt, size_t len,
 	    int add_bos, int parse_special, int32_t **ids, size_t *n_ids,
 	    char **cause);
-/* Check stop strings against the engine's limits; -1 and *cause. */
-int	gen_check_stops(char *const *stops, size_t n, char **cause);
 /*
  * Submit a generation owned by g on its instance (g->inst is set here) and
  * track it; -1 with *code (a Phased__ErrorCode) and *cause when refused.
+ * Every front end submits through here.
  */
-int	gen_start(struct instance *, struct engine_gen *, struct gen *,
+int	gen_submit(struct instance *, struct engine_gen *, struct gen *,
 	    int *code, char **cause);
 
 #endif

@@ -68,11 +68,11 @@ struct hgen {
 	json_t			*messages;	/* chat */
 	int			 raw;		/* Ollama raw: no template */
 	struct engine_gen	 eg;		/* sampling, limits, stops */
-	int			 max_tokens_given;
+	int			 n_own_stops;	/* stops[] we allocated */
 	int			 stream;
 	int			 include_usage;
 	int			 echo;
-	int			 logprobs;	/* 0 none; else top_logprobs + 1 */
+	int			 logprobs;	/* report log probabilities */
 	int64_t			 keep_alive_ms;	/* Ollama keep_alive */
 	int			 has_keep_alive;
 	char			 id[40];	/* cmpl-..., chatcmpl-... */
@@ -92,6 +92,7 @@ struct hgen {
 	uint64_t		 last_write_ns;
 	struct strbuf		*text;		/* output so far */
 	json_t			*lp_content;	/* logprobs per token */
+	int			 lp_fresh;	/* the last token added one */
 	char			*stop_hit;
 	struct hgen		*next_wait;	/* waiting for a model load */
 	struct hgen		*prev_live, *next_live;
@@ -161,8 +162,11 @@ void	http_gen_shutdown(void);
 
 /* http_logprobs.c: logprobs / top_logprobs of the OpenAI API. */
 int	hj_logprobs(json_t *, struct hgen *, char **cause);
-json_t	*http_logprobs_event(struct hgen *, const struct engine_event *,
-	    const char *text, size_t len);
+/* Record a token's log probabilities (when asked for). */
+void	 http_logprobs_add(struct hgen *, const struct engine_event *);
+/* The logprobs object of the last token (streaming), or NULL. */
+json_t	*http_logprobs_last(struct hgen *);
+/* The logprobs object of the whole reply, or NULL. */
 json_t	*http_logprobs_final(struct hgen *);
 
 /* Timings of a finished request as a JSON object (the extension). */

@@ -1,7 +1,7 @@
 /*
  * http_gen.c: generations requested over HTTP.  A request finds its model
  * (waiting while it loads, loading a lazy one), is submitted through the
- * same gen_start() as the protobuf protocol, and its events come back on
+ * same gen_submit() as the protobuf protocol, and its events come back on
  * the control thread through the gen's ops, where the API's formatter
  * words them.  A client that goes away cancels its request.
  */
@@ -70,6 +70,7 @@ hgen_new(struct evhttp_request *req, enum hgen_api api,
 	    ++next_serial & 0xffff);
 	sampler_params_init(&hg->eg.sp);
 	hg->eg.max_tokens = HGEN_MAX_TOKENS_ALL;
+	hg->n_own_stops = -1;
 	hg->text = xcalloc(1, sizeof *hg->text);
 	strbuf_init(hg->text);
 	return (hg);
@@ -90,7 +91,9 @@ hgen_free(struct hgen *hg)
 		json_decref(hg->messages);
 	if (hg->lp_content != NULL)
 		json_decref(hg->lp_content);
-	for (i = 0; i < hg->eg.n_stops; i++)
+	/* Stops after ours are the chat template's, not allocated. */
+	for (i = 0; i < (hg->n_own_stops >= 0 ? hg->n_own_stops :
+	    hg->eg.n_stops); i++)
 		free(hg->eg.stops[i]);
 	strbuf_free(hg->text);
 	free(hg->text);
@@ -240,6 +243,7 @@ hgen_token(struct gen *g, struct engine_event *ev)
 		return;
 	}
 	strbuf_add(hg->text, ev->text != NULL ? ev->text : "", ev->len);
+	http_logprobs_add(hg, ev);
 	if (hg->stream)
 		fmt_of(hg)->delta(hg, ev->text != NULL ? ev->text : "", ev->len,
 		    ev);
@@ -346,7 +350,7 @@ hgen_submit(struct hgen *hg, struct instance *in)
 	hg->eg.prompt = ids;
 	hg->eg.n_prompt = (uint32_t)n_ids;
 	hg->eg.arrival_ns = now_ns();
-	if (gen_start(in, &hg->eg, &hg->g, &code, &cause) != 0) {
+	if (gen_submit(in, &hg->eg, &hg->g, &code, &cause) != 0) {
 		free(ids);
 		hgen_fail(hg, http_status_of(code), NULL, cause);
 		free(cause);

@@ -294,7 +294,7 @@ ollama_obj(struct hgen *hg, const char *text, size_t len, int done)
 static void
 ndjson_send(struct hgen *hg, json_t *o)
 {
-	char	*s = json_dumps(o, JSON_COMPACT);
+	char	*s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
 	size_t	 n;
 
 	json_decref(o);

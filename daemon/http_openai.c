@@ -280,7 +280,7 @@ static void
 sse_send(struct hgen *hg, json_t *o)
 {
 	struct strbuf	 sb;
-	char		*s = json_dumps(o, JSON_COMPACT);
+	char		*s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
 
 	json_decref(o);
 	strbuf_init(&sb);
@@ -337,7 +337,7 @@ static void
 oai_delta(struct hgen *hg, const char *text, size_t len,
     const struct engine_event *ev)
 {
-	json_t	*lp = http_logprobs_event(hg, ev, text, len);
+	json_t	*lp = http_logprobs_last(hg);
 
 	if (len == 0 && lp == NULL)
 		return;

@@ -16,6 +16,7 @@
 
 #include <phased/policy.h>
 
+#include "chat_prompt.h"
 #include "conn.h"
 #include "gen.h"
 #include "instance.h"
@@ -41,6 +42,7 @@ struct load_msg {
 	double		 fraction;
 	struct model	*model;
 	char		*cause;
+	char		*chat_template;	/* the GGUF's, NULL if none */
 };
 
 /* Parse a GPU such as "cuda0" into spec: one device per group. */
@@ -244,7 +246,16 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 				    xstrdup(argv[i] + 7);
 		} else if (strcmp(k, "groups") == 0)
 			rc = parse_groups(v, o, cause);
-		else if (strcmp(k, "keep-alive") == 0) {
+		else if (strcmp(k, "template") == 0) {
+			if (chat_template_by_name(v) == NULL) {
+				set_cause(cause, "template '%s' is not one of %s",
+				    v, chat_template_names());
+				rc = -1;
+			} else {
+				free(o->chat_template);
+				o->chat_template = xstrdup(v);
+			}
+		} else if (strcmp(k, "keep-alive") == 0) {
 			rc = inst_parse_keep_alive(v, &o->keep_alive_ms, cause);
 			o->has_keep_alive = rc == 0;
 		} else if (strcmp(k, "load") == 0) {
@@ -260,7 +271,8 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 		} else {
 			set_cause(cause, "unknown option '%s' (ctx, threads, kv, "
 			    "kv-tokens, block-size, max-batch-tokens, max-seqs, "
-			    "policy, policy.KEY, groups, keep-alive, load)", k);
+			    "policy, policy.KEY, groups, template, keep-alive, "
+			    "load)", k);
 			rc = -1;
 		}
 		free(key);
@@ -328,6 +340,7 @@ inst_opts_free(struct inst_opts *o)
 	int	i;
 
 	free(o->policy);
+	free(o->chat_template);
 	for (i = 0; i < o->n_policy_params; i++)
 		free(o->policy_params[i]);
 	memset(o, 0, sizeof *o);
@@ -492,12 +505,14 @@ load_deliver(struct mbox_msg *m)
 	else if (instance_start(in, &cause) != 0)
 		;
 	else {
+		instance_chat_setup(in, lm->chat_template);
 		in->state = INST_READY;
 		instance_touch(in);
 		log_info("model %s loaded from %s", in->name, in->path);
 		load_reply(in, NULL);
 		if (instance_load_hook != NULL)
 			instance_load_hook(in->name, NULL);
+		free(lm->chat_template);
 		free(lm);
 		return;
 	}
@@ -508,6 +523,7 @@ load_deliver(struct mbox_msg *m)
 		instance_load_hook(in->name, cause);
 	free(cause);
 	instance_free(in);
+	free(lm->chat_template);
 	free(lm);
 }
 
@@ -557,6 +573,8 @@ load_main(void *arg)
 		mo.ctx = INST_CTX_DEFAULT_MAX;
 		lm->model = model_load(in->path, &mo, NULL, NULL, &lm->cause);
 	}
+	if (lm->model != NULL)
+		lm->chat_template = chat_template_read(in->path);
 	mailbox_post(&lm->m);
 	return (NULL);
 }
@@ -849,6 +867,8 @@ instance_infos(struct inst_infos *ii)
 			m->has_n_vocab = 1;
 			m->n_vocab = mi->n_vocab;
 		}
+		if (in->chat != NULL)
+			m->chat_template = (char *)chat_template_name(in->chat);
 		if (in->engine != NULL) {
 			engine_counts(in->engine, &ec);
 			engine_policy_info(in->engine, &pi);

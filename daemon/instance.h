@@ -16,6 +16,7 @@ struct stream;
 struct gen;
 
 #define INST_MAX_POLICY_PARAMS	16
+#define INST_MAX_CHAT_STOPS	4
 
 /* Options of `phasectl load` and of a `model` line in phased.conf. */
 struct inst_opts {
@@ -34,6 +35,7 @@ struct inst_opts {
 	int64_t		 keep_alive_ms;	/* idle time before unloading; -1 never */
 	int		 has_keep_alive;
 	int		 lazy;		/* phased.conf: load on first use */
+	char		*chat_template;	/* template=NAME; NULL: the model's */
 };
 
 enum inst_state {
@@ -60,6 +62,12 @@ struct instance {
 	uint64_t		 last_used_ns;	/* last request start or end */
 	uint64_t		 file_bytes;	/* for the memory limit */
 	int			 on_demand;	/* loaded by a request */
+	/* The chat template in use and its end of turn in this vocabulary. */
+	const struct chat_template *chat;
+	int32_t			 chat_eog[ENGINE_MAX_EOG];
+	int			 n_chat_eog;
+	const char		*chat_stops[INST_MAX_CHAT_STOPS];
+	int			 n_chat_stops;
 };
 
 /*

@@ -23,6 +23,10 @@ static const struct req_entry *const req_table[] = {
 	&req_stats_entry,
 	&req_metrics_entry,
 	&req_trace_entry,
+	&req_chat_entry,
+	&req_render_entry,
+	&req_tokenize_entry,
+	&req_detokenize_entry,
 };
 
 /* Find the entry for a request body, or NULL. */

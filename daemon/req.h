@@ -25,6 +25,11 @@ extern const struct req_entry req_unload_entry;
 extern const struct req_entry req_models_entry;
 /* req_generate.c */
 extern const struct req_entry req_generate_entry;
+/* req_chat.c */
+extern const struct req_entry req_chat_entry;
+extern const struct req_entry req_render_entry;
+extern const struct req_entry req_tokenize_entry;
+extern const struct req_entry req_detokenize_entry;
 /* req_policy.c */
 extern const struct req_entry req_policy_list_entry;
 extern const struct req_entry req_policy_show_entry;

@@ -65,6 +65,39 @@ send_done(struct gen *g, struct engine_event *ev)
 	stream_send(g->stream, &r);
 }
 
+/*
+ * Put a token's log probabilities in its event; the alternatives are in
+ * one allocation that te->top_logprobs[0] heads.
+ */
+static void
+add_logprobs(struct gen *g, struct engine_event *ev, Phased__TokenEvent *te)
+{
+	struct tokenizer	*tok = model_tokenizer(g->inst->model);
+	struct top_lp {
+		Phased__TopLogprob	 m;
+		char			 text[TOKENIZER_TEXT_MAX];
+	}			*tl;
+	int			 i;
+
+	te->has_logprob = 1;
+	te->logprob = ev->logprob;
+	if (ev->n_top <= 0)
+		return;
+	tl = xcalloc((size_t)ev->n_top, sizeof *tl);
+	te->top_logprobs = xcalloc((size_t)ev->n_top, sizeof *te->top_logprobs);
+	te->n_top_logprobs = (size_t)ev->n_top;
+	for (i = 0; i < ev->n_top; i++) {
+		phased__top_logprob__init(&tl[i].m);
+		tl[i].m.token_id = ev->top_ids[i];
+		tl[i].m.logprob = ev->top_lps[i];
+		tl[i].m.has_text = 1;
+		tl[i].m.text.data = (uint8_t *)tl[i].text;
+		tl[i].m.text.len = tokenizer_piece(tok, ev->top_ids[i],
+		    tl[i].text, sizeof tl[i].text);
+		te->top_logprobs[i] = &tl[i].m;
+	}
+}
+
 /* Deliver one engine event on the control thread. */
 static void
 gen_deliver(struct mbox_msg *m)
@@ -88,9 +121,14 @@ gen_deliver(struct mbox_msg *m)
 		te.text.data = (uint8_t *)ev->text;
 		te.text.len = ev->len;
 		te.t_us = ev->t_ns / 1000;
+		if (ev->has_logprob)
+			add_logprobs(g, ev, &te);
 		r.body_case = PHASED__RESPONSE__BODY_TOKEN;
 		r.token = &te;
 		stream_send(g->stream, &r);
+		if (te.n_top_logprobs > 0)
+			free(te.top_logprobs[0]);
+		free(te.top_logprobs);
 	} else if (ev->type == EV_DONE) {
 		if (g->stream != NULL) {
 			send_done(g, ev);
@@ -136,6 +174,62 @@ sampler_of(const Phased__GenerateRequest *g, struct sampler_params *sp)
 		sp->seed = g->seed;
 }
 
+/* The model a generation names, ready; NULL after answering an error. */
+struct instance *
+gen_instance(struct conn *c, uint64_t req_id, const char *model)
+{
+	struct instance	*in;
+
+	if ((in = instance_find(model)) == NULL) {
+		conn_send_error(c, req_id, PHASED__ERROR_CODE__ERR_NOT_FOUND,
+		    "no model %s (see phasectl models)", model);
+		return (NULL);
+	}
+	if (in->state != INST_READY) {
+		conn_send_error(c, req_id, PHASED__ERROR_CODE__ERR_INVALID,
+		    "model %s is still loading", model);
+		return (NULL);
+	}
+	return (in);
+}
+
+/*
+ * Check a request's stop strings and log probability count and put them
+ * in eg; -1 after answering an error.
+ */
+int
+gen_options(struct conn *c, uint64_t req_id, char **stop, size_t n_stop,
+    int logprobs, int has_top, uint32_t top, struct engine_gen *eg)
+{
+	size_t	i;
+
+	if (n_stop > ENGINE_MAX_STOPS) {
+		conn_send_error(c, req_id, PHASED__ERROR_CODE__ERR_INVALID,
+		    "%zu stop strings given (limit %d)", n_stop,
+		    ENGINE_MAX_STOPS);
+		return (-1);
+	}
+	for (i = 0; i < n_stop; i++) {
+		if (*stop[i] == '\0' || strlen(stop[i]) > ENGINE_MAX_STOP_LEN) {
+			conn_send_error(c, req_id,
+			    PHASED__ERROR_CODE__ERR_INVALID, "stop string %zu "
+			    "must be 1 to %d bytes", i + 1, ENGINE_MAX_STOP_LEN);
+			return (-1);
+		}
+	}
+	if (has_top && top > SAMPLER_TOP_LOGPROBS_MAX) {
+		conn_send_error(c, req_id, PHASED__ERROR_CODE__ERR_INVALID,
+		    "top_logprobs %u is over the limit of %d", top,
+		    SAMPLER_TOP_LOGPROBS_MAX);
+		return (-1);
+	}
+	for (i = 0; i < n_stop; i++)
+		eg->stops[eg->n_stops++] = stop[i];
+	eg->logprobs = logprobs;
+	eg->top_logprobs = has_top ? (int)top : 0;
+	return (0);
+}
+
 /* Tokenize a prompt for an instance; add_bos -1: the model's default. */
 int
 gen_tokenize(struct instance *in, const char *prompt, size_t len, int add_bos,
@@ -160,30 +254,9 @@ gen_tokenize(struct instance *in, const char *prompt, size_t len, int add_bos,
 	return (0);
 }
 
-/* Check stop strings against the engine's limits. */
-int
-gen_check_stops(char *const *stops, size_t n, char **cause)
-{
-	size_t	i;
-
-	if (n > ENGINE_MAX_STOPS) {
-		set_cause(cause, "%zu stop strings given (limit %d)", n,
-		    ENGINE_MAX_STOPS);
-		return (-1);
-	}
-	for (i = 0; i < n; i++) {
-		if (*stops[i] == '\0' || strlen(stops[i]) > ENGINE_MAX_STOP_LEN) {
-			set_cause(cause, "stop string %zu must be 1 to %d bytes",
-			    i + 1, ENGINE_MAX_STOP_LEN);
-			return (-1);
-		}
-	}
-	return (0);
-}
-
 /* Submit a generation owned by g and track it on its instance. */
 int
-gen_start(struct instance *in, struct engine_gen *eg, struct gen *g,
+gen_submit(struct instance *in, struct engine_gen *eg, struct gen *g,
     int *code, char **cause)
 {
 	g->inst = in;
@@ -195,6 +268,35 @@ gen_start(struct instance *in, struct engine_gen *eg, struct gen *g,
 	return (0);
 }
 
+/*
+ * Submit a prepared generation and stream its events to the client; the
+ * caller keeps eg's memory.  Errors are answered here.
+ */
+void
+gen_start(struct conn *c, uint64_t req_id, struct instance *in,
+    struct engine_gen *eg)
+{
+	struct stream	*s;
+	struct gen	*g;
+	int		 code;
+	char		*cause = NULL;
+
+	g = xcalloc(1, sizeof *g);
+	g->inst = in;
+	if ((s = stream_open(c, req_id, gen_cancel, g)) == NULL) {
+		free(g);
+		return;
+	}
+	g->stream = s;
+	if (gen_submit(in, eg, g, &code, &cause) != 0) {
+		conn_send_error(c, req_id, code, "%s", cause);
+		free(cause);
+		stream_free(s);
+		free(g);
+		return;
+	}
+}
+
 /* Start a generation. */
 static void
 req_generate(struct conn *c, Phased__Request *req)
@@ -202,42 +304,38 @@ req_generate(struct conn *c, Phased__Request *req)
 	Phased__GenerateRequest	*gr = req->generate;
 	struct instance		*in;
 	struct engine_gen	 eg;
-	struct stream		*s;
-	struct gen		*g;
+	struct tokenizer	*tok;
 	int32_t			*ids = NULL;
-	size_t			 n_ids = 0, i;
-	int			 code, add_bos, rc;
+	size_t			 n_ids = 0;
+	int			 add_bos;
 	char			*cause = NULL;
 
-	if ((in = instance_find(gr->model)) == NULL) {
-		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_NOT_FOUND,
-		    "no model %s (see phasectl models)", gr->model);
+	if ((in = gen_instance(c, req->id, gr->model)) == NULL)
 		return;
-	}
-	if (in->state != INST_READY) {
-		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_INVALID,
-		    "model %s is still loading", gr->model);
-		return;
-	}
-	if (gen_check_stops(gr->stop, gr->n_stop, &cause) != 0) {
-		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_INVALID,
-		    "%s", cause);
-		free(cause);
-		return;
-	}
 	memset(&eg, 0, sizeof eg);
+	if (gen_options(c, req->id, gr->stop, gr->n_stop, gr->has_logprobs &&
+	    gr->logprobs, gr->has_top_logprobs, gr->top_logprobs, &eg) != 0)
+		return;
 	eg.arrival_ns = now_ns();
+	tok = model_tokenizer(in->model);
 	if (gr->n_prompt_tokens > 0) {
 		ids = xreallocarray(NULL, gr->n_prompt_tokens, sizeof *ids);
 		memcpy(ids, gr->prompt_tokens, gr->n_prompt_tokens * sizeof *ids);
 		n_ids = gr->n_prompt_tokens;
 	} else {
-		add_bos = gr->has_add_bos ? gr->add_bos : -1;
-		if (gen_tokenize(in, gr->prompt, strlen(gr->prompt), add_bos,
-		    gr->has_parse_special && gr->parse_special, &ids, &n_ids,
-		    &cause) != 0) {
+		if (strlen(gr->prompt) > GEN_PROMPT_MAX_BYTES) {
 			conn_send_error(c, req->id,
-			    PHASED__ERROR_CODE__ERR_INVALID, "%s", cause);
+			    PHASED__ERROR_CODE__ERR_INVALID, "prompt of %zu "
+			    "bytes is over the limit of %u", strlen(gr->prompt),
+			    GEN_PROMPT_MAX_BYTES);
+			return;
+		}
+		add_bos = gr->has_add_bos ? gr->add_bos : tokenizer_add_bos(tok);
+		if (tokenizer_encode(tok, gr->prompt, strlen(gr->prompt),
+		    add_bos, gr->has_parse_special && gr->parse_special, &ids,
+		    &n_ids, &cause) != 0) {
+			conn_send_error(c, req->id,
+			    PHASED__ERROR_CODE__ERR_INVALID, "prompt: %s", cause);
 			free(cause);
 			return;
 		}
@@ -247,27 +345,10 @@ req_generate(struct conn *c, Phased__Request *req)
 	eg.max_tokens = gr->has_max_tokens ? gr->max_tokens :
 	    GEN_MAX_TOKENS_DEFAULT;
 	sampler_of(gr, &eg.sp);
-	for (i = 0; i < gr->n_stop; i++)
-		eg.stops[eg.n_stops++] = gr->stop[i];
 	if (gr->has_deadline_ms && gr->deadline_ms > 0)
 		eg.deadline_ns = eg.arrival_ns + gr->deadline_ms * 1000000ULL;
-
-	g = xcalloc(1, sizeof *g);
-	if ((s = stream_open(c, req->id, gen_cancel, g)) == NULL) {
-		free(g);
-		free(ids);
-		return;
-	}
-	g->stream = s;
-	rc = gen_start(in, &eg, g, &code, &cause);
+	gen_start(c, req->id, in, &eg);
 	free(ids);
-	if (rc != 0) {
-		conn_send_error(c, req->id, code, "%s", cause);
-		free(cause);
-		stream_free(s);
-		free(g);
-		return;
-	}
 }
 
 const struct req_entry req_generate_entry = {

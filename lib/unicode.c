@@ -6,22 +6,43 @@
 
 #include "unicode.h"
 
+/* The value of the range holding cp in a sorted table, 0 if none does. */
+static uint8_t
+range_find(const struct ucat_range *r, size_t n, uint32_t cp)
+{
+	size_t	lo = 0, hi = n, mid;
+
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		if (cp < r[mid].lo)
+			hi = mid;
+		else if (cp > r[mid].hi)
+			lo = mid + 1;
+		else
+			return (r[mid].cat);
+	}
+	return (0);
+}
+
 /* The general category of a code point, by binary search of the table. */
 enum ucat
 ucat_of(uint32_t cp)
 {
-	size_t	lo = 0, hi = ucat_nranges, mid;
+	return ((enum ucat)range_find(ucat_ranges, ucat_nranges, cp));
+}
 
-	while (lo < hi) {
-		mid = lo + (hi - lo) / 2;
-		if (cp < ucat_ranges[mid].lo)
-			hi = mid;
-		else if (cp > ucat_ranges[mid].hi)
-			lo = mid + 1;
-		else
-			return ((enum ucat)ucat_ranges[mid].cat);
+/* The case of a letter, by binary search of its table. */
+enum ulcase
+uc_letter_case(uint32_t cp)
+{
+	if (cp < 0x80) {
+		if (cp >= 'A' && cp <= 'Z')
+			return (ULC_UPPER);
+		if (cp >= 'a' && cp <= 'z')
+			return (ULC_LOWER);
+		return (ULC_NONE);
 	}
-	return (UCAT_OTHER);
+	return ((enum ulcase)range_find(ulc_ranges, ulc_nranges, cp));
 }
 
 /* Whether a code point has the White_Space property. */

@@ -22,12 +22,27 @@ struct ucat_range {
 	uint8_t		cat;	/* enum ucat */
 };
 
+/*
+ * The case of a letter, for splitting words where the case changes:
+ * Lu and Lt are upper, Ll lower, Lm and Lo count as both.
+ */
+enum ulcase {
+	ULC_NONE = 0,		/* not a letter */
+	ULC_UPPER = 1,
+	ULC_LOWER = 2,
+	ULC_BOTH = 3,		/* ULC_UPPER | ULC_LOWER */
+};
+
 /* Generated into unicode_tables.c: sorted, disjoint ranges. */
 extern const struct ucat_range	ucat_ranges[];
 extern const size_t		ucat_nranges;
+extern const struct ucat_range	ulc_ranges[];	/* cat is an enum ulcase */
+extern const size_t		ulc_nranges;
 
 /* The general category of a code point. */
 enum ucat	 ucat_of(uint32_t cp);
+/* The case of a letter, ULC_NONE for anything else. */
+enum ulcase	 uc_letter_case(uint32_t cp);
 /* Whether a code point has the White_Space property (regex \s). */
 int		 uc_is_space(uint32_t cp);
 

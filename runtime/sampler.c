@@ -409,3 +409,38 @@ sampler_dist(struct sampler *s, float *logits, const int32_t *hist,
 	for (i = 0; i < n; i++)
 		probs[s->cand[i].id] = (float)s->prob[i];
 }
+
+/* Log probabilities of id and of the top_n likeliest tokens, from raw logits. */
+int
+sampler_logprobs(const float *logits, int n_vocab, int32_t id, int top_n,
+    float *lp, int32_t *top_ids, float *top_lps)
+{
+	double	 max = -INFINITY, sum = 0, lse;
+	int	 i, j, n = 0;
+
+	if (top_n > SAMPLER_TOP_LOGPROBS_MAX)
+		top_n = SAMPLER_TOP_LOGPROBS_MAX;
+	if (top_n > n_vocab)
+		top_n = n_vocab;
+	for (i = 0; i < n_vocab; i++)
+		if (logits[i] > max)
+			max = logits[i];
+	for (i = 0; i < n_vocab; i++)
+		sum += exp((double)logits[i] - max);
+	lse = max + log(sum);
+	*lp = id >= 0 && id < n_vocab ? (float)(logits[id] - lse) : -INFINITY;
+	/* Insertion into a short sorted list: top_n is at most 20. */
+	for (i = 0; i < n_vocab && top_n > 0; i++) {
+		if (n == top_n && !(logits[i] > logits[top_ids[n - 1]]))
+			continue;
+		j = n < top_n ? n++ : n - 1;
+		while (j > 0 && logits[i] > logits[top_ids[j - 1]]) {
+			top_ids[j] = top_ids[j - 1];
+			j--;
+		}
+		top_ids[j] = i;
+	}
+	for (i = 0; i < n; i++)
+		top_lps[i] = (float)(logits[top_ids[i]] - lse);
+	return (n);
+}

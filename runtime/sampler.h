@@ -56,4 +56,16 @@ int32_t		 sampler_sample(struct sampler *, float *logits,
 void		 sampler_dist(struct sampler *, float *logits,
 		    const int32_t *history, size_t n_history, float *probs);
 
+/* Most alternatives sampler_logprobs() reports. */
+#define SAMPLER_TOP_LOGPROBS_MAX	20
+
+/*
+ * Log probabilities from raw logits (before penalty and temperature, as
+ * the model gave them): *lp gets id's, top_ids/top_lps the top_n likeliest
+ * (at most SAMPLER_TOP_LOGPROBS_MAX), most likely first, ties to the lower
+ * id.  Returns how many alternatives were written.
+ */
+int		 sampler_logprobs(const float *logits, int n_vocab, int32_t id,
+		    int top_n, float *lp, int32_t *top_ids, float *top_lps);
+
 #endif

@@ -16,19 +16,14 @@
  * byte has a stand-in character (GPT-2's table: printable Latin-1 bytes
  * stand for themselves, the rest map to U+0100 upwards), and the
  * vocabulary and merges are written in those characters.  Text is first
- * cut into words by the pre-tokenizer regex, implemented here by hand over
- * Unicode categories; each word starts as one symbol per byte, and the
+ * cut into words by the pre-tokenizer tokenizer.ggml.pre names (tok_pre.c);
+ * each word starts as one symbol per byte, and the
  * adjacent pair with the lowest merge rank (the leftmost on a tie) is
  * merged until no listed merge applies.
  */
 
 #define KEY_MERGES	"tokenizer.ggml.merges"
 #define KEY_PRE		"tokenizer.ggml.pre"
-
-/* Character classes the pre-tokenizers test, one byte per code point. */
-#define CL_LETTER	0x01
-#define CL_NUMBER	0x02
-#define CL_SPACE	0x04
 
 /* Mix a 64-bit key into a hash (splitmix64's finalizer). */
 static uint64_t
@@ -97,42 +92,29 @@ merge_add(struct tokenizer *t, int32_t a, int32_t b, int32_t rank,
 	t->n_merges++;
 }
 
-/* Choose the pre-tokenizer from tokenizer.ggml.pre. */
+/* Choose the pre-tokenizer from tokenizer.ggml.pre; an unknown one is refused. */
 static int
 load_pre(struct tokenizer *t, const struct gguf_file *gf, char **cause)
 {
-	static const struct {
-		const char	*name;
-		enum tok_pre	 pre;
-		int		 ignore_merges;
-	} pres[] = {
-		{ "default", TOK_PRE_GPT2, 0 },
-		{ "gpt-2", TOK_PRE_GPT2, 0 },
-		{ "gpt2", TOK_PRE_GPT2, 0 },
-		{ "llama-bpe", TOK_PRE_LLAMA3, 1 },
-		{ "llama3", TOK_PRE_LLAMA3, 1 },
-		{ "llama-v3", TOK_PRE_LLAMA3, 1 },
-	};
-	char	*name;
-	size_t	 i;
+	const struct tok_pre_name	*p;
+	char				*name;
 
 	t->pre = TOK_PRE_GPT2;
 	if (gguf_find(gf, KEY_PRE) == NULL)
 		return (0);
 	if ((name = gguf_get_str(gf, KEY_PRE, cause)) == NULL)
 		return (-1);
-	for (i = 0; i < sizeof pres / sizeof pres[0]; i++) {
-		if (strcmp(name, pres[i].name) == 0) {
-			t->pre = pres[i].pre;
-			t->ignore_merges = pres[i].ignore_merges;
-			free(name);
-			return (0);
-		}
+	if ((p = tok_pre_find(name)) == NULL) {
+		set_cause(cause, "key '%s': unsupported pre-tokenizer '%.64s'",
+		    KEY_PRE, name);
+		free(name);
+		return (-1);
 	}
-	set_cause(cause, "key '%s': unsupported pre-tokenizer '%.64s' (want "
-	    "default, gpt-2 or llama-bpe)", KEY_PRE, name);
+	t->pre = p->pre;
+	t->pre_flags = p->flags;
+	t->ignore_merges = (p->flags & TOK_PRE_WHOLE_WORDS) != 0;
 	free(name);
-	return (-1);
+	return (0);
 }
 
 /* Load the merges and the pre-tokenizer, and map bytes to their tokens. */
@@ -199,195 +181,6 @@ tok_bpe_load(struct tokenizer *t, const struct gguf_file *gf, char **cause)
 		merge_add(t, a, b, (int32_t)i, r);
 	}
 	return (0);
-}
-
-/* Classify a code point for the pre-tokenizer. */
-static uint8_t
-classify(uint32_t cp)
-{
-	enum ucat	c;
-
-	if (cp == UC_INVALID)
-		return (0);
-	if (uc_is_space(cp))
-		return (CL_SPACE);
-	if (cp < 0x80) {
-		if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z')
-			return (CL_LETTER);
-		if (cp >= '0' && cp <= '9')
-			return (CL_NUMBER);
-		return (0);
-	}
-	c = ucat_of(cp);
-	if (c == UCAT_LETTER)
-		return (CL_LETTER);
-	if (c == UCAT_NUMBER)
-		return (CL_NUMBER);
-	return (0);
-}
-
-/* A run of code points, their classes and byte offsets, for the splitters. */
-struct cps {
-	uint32_t	*cp;
-	uint8_t		*cl;
-	uint32_t	*off;		/* n + 1 entries */
-	size_t		 n;
-};
-
-/* Decode text into code points (an invalid byte counts as one). */
-static void
-cps_build(struct cps *x, const unsigned char *u, size_t len)
-{
-	size_t	i, l;
-
-	x->cp = xreallocarray(NULL, len ? len : 1, sizeof *x->cp);
-	x->off = xreallocarray(NULL, len + 1, sizeof *x->off);
-	x->cl = xmalloc(len ? len : 1);
-	x->n = 0;
-	for (i = 0; i < len; i += l) {
-		l = utf8_decode(u + i, len - i, &x->cp[x->n]);
-		x->cl[x->n] = classify(x->cp[x->n]);
-		x->off[x->n++] = i;
-	}
-	x->off[x->n] = len;
-}
-
-/* Free what cps_build allocated. */
-static void
-cps_free(struct cps *x)
-{
-	free(x->cp);
-	free(x->cl);
-	free(x->off);
-}
-
-#define IS_L(x, i)	((x)->cl[i] & CL_LETTER)
-#define IS_N(x, i)	((x)->cl[i] & CL_NUMBER)
-#define IS_S(x, i)	((x)->cl[i] & CL_SPACE)
-#define IS_OTHER(x, i)	((x)->cl[i] == 0)	/* [^\s\p{L}\p{N}] */
-#define IS_NL(x, i)	((x)->cp[i] == '\r' || (x)->cp[i] == '\n')
-
-/*
- * Match 's 't 're 've 'm 'll 'd at i (any case if fold); returns the end,
- * or i when there is none.
- */
-static size_t
-split_contraction(const struct cps *x, size_t i, int fold)
-{
-	uint32_t	c1, c2;
-
-	if (x->cp[i] != '\'' || i + 1 >= x->n)
-		return (i);
-	c1 = x->cp[i + 1];
-	if (fold && c1 < 0x80)
-		c1 |= 0x20;
-	if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
-		return (i + 2);
-	if (i + 2 >= x->n)
-		return (i);
-	c2 = x->cp[i + 2];
-	if (fold && c2 < 0x80)
-		c2 |= 0x20;
-	if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') ||
-	    (c1 == 'l' && c2 == 'l'))
-		return (i + 3);
-	return (i);
-}
-
-/*
- * The whitespace alternatives both splitters end with, \s+(?!\S)|\s+, for
- * a run of whitespace at i: the run, less its last character when that is
- * followed by something other than whitespace and the run is longer than
- * one (the last one goes with the word).
- */
-static size_t
-split_space(const struct cps *x, size_t i)
-{
-	size_t	j = i;
-
-	while (j < x->n && IS_S(x, j))
-		j++;
-	if (j < x->n && j - i > 1)
-		j--;
-	return (j);
-}
-
-/*
- * GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
- * \s+(?!\S)|\s+ -- returns the end of the match at i.
- */
-static size_t
-split_gpt2(const struct cps *x, size_t i)
-{
-	size_t	j;
-	int	sp;
-
-	if ((j = split_contraction(x, i, 0)) != i)
-		return (j);
-	sp = x->cp[i] == ' ' && i + 1 < x->n;
-	j = sp && IS_L(x, i + 1) ? i + 1 : i;
-	if (IS_L(x, j)) {
-		while (j < x->n && IS_L(x, j))
-			j++;
-		return (j);
-	}
-	j = sp && IS_N(x, i + 1) ? i + 1 : i;
-	if (IS_N(x, j)) {
-		while (j < x->n && IS_N(x, j))
-			j++;
-		return (j);
-	}
-	j = sp && IS_OTHER(x, i + 1) ? i + 1 : i;
-	if (IS_OTHER(x, j)) {
-		while (j < x->n && IS_OTHER(x, j))
-			j++;
-		return (j);
-	}
-	return (split_space(x, i));
-}
-
-/*
- * Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
- * \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- */
-static size_t
-split_llama3(const struct cps *x, size_t i)
-{
-	size_t	j, nl;
-
-	if ((j = split_contraction(x, i, 1)) != i)
-		return (j);
-	j = i;
-	if (!IS_NL(x, i) && !IS_L(x, i) && !IS_N(x, i) && i + 1 < x->n &&
-	    IS_L(x, i + 1))
-		j = i + 1;
-	if (IS_L(x, j)) {
-		while (j < x->n && IS_L(x, j))
-			j++;
-		return (j);
-	}
-	if (IS_N(x, i)) {
-		for (j = i; j < x->n && j - i < 3 && IS_N(x, j); j++)
-			;
-		return (j);
-	}
-	j = x->cp[i] == ' ' && i + 1 < x->n && IS_OTHER(x, i + 1) ? i + 1 : i;
-	if (IS_OTHER(x, j)) {
-		while (j < x->n && IS_OTHER(x, j))
-			j++;
-		while (j < x->n && IS_NL(x, j))
-			j++;
-		return (j);
-	}
-	/* \s*[\r\n]+: up to the last newline in the whitespace run. */
-	nl = i;
-	for (j = i; j < x->n && IS_S(x, j); j++) {
-		if (IS_NL(x, j))
-			nl = j + 1;
-	}
-	if (nl != i)
-		return (nl);
-	return (split_space(x, i));
 }
 
 /* Push the pair (l, r) if a merge joins their tokens. */
@@ -466,32 +259,6 @@ bpe_word(const struct tokenizer *t, const unsigned char *w, size_t n,
 	return (0);
 }
 
-/* The end of the pre-tokenizer word that starts at code point i. */
-static size_t
-split_next(enum tok_pre pre, const struct cps *x, size_t i)
-{
-	if (pre == TOK_PRE_LLAMA3)
-		return (split_llama3(x, i));
-	return (split_gpt2(x, i));
-}
-
-/* Split text into pre-tokenizer words; (*ends)[k] is where word k ends. */
-size_t
-tok_bpe_split(enum tok_pre pre, const char *s, size_t len, size_t **ends)
-{
-	struct cps	x;
-	size_t		i, n = 0;
-
-	cps_build(&x, (const unsigned char *)s, len);
-	*ends = xreallocarray(NULL, x.n ? x.n : 1, sizeof **ends);
-	for (i = 0; i < x.n; ) {
-		i = split_next(pre, &x, i);
-		(*ends)[n++] = x.off[i];
-	}
-	cps_free(&x);
-	return (n);
-}
-
 /* Encode a run of text (no special tokens in it) with byte-level BPE. */
 int
 tok_bpe_encode(const struct tokenizer *t, const char *s, size_t len,
@@ -500,18 +267,16 @@ tok_bpe_encode(const struct tokenizer *t, const char *s, size_t len,
 	const unsigned char	*u = (const unsigned char *)s;
 	struct tok_heap		 heap;
 	struct tok_sym		*sym;
-	struct cps		 x;
 	char			*mapped;
-	size_t			 i, j;
+	size_t			*ends, n, k, start = 0;
 	int			 rc = 0;
 
-	cps_build(&x, u, len);
+	n = tok_pre_split(t->pre, s, len, &ends);
 	sym = xreallocarray(NULL, len, sizeof *sym);
 	mapped = xreallocarray(NULL, len, 2);
 	tok_heap_init(&heap, len);
-	for (i = 0; i < x.n; i = j) {
-		j = split_next(t->pre, &x, i);
-		rc = bpe_word(t, u + x.off[i], x.off[j] - x.off[i], sym, &heap,
+	for (k = 0; k < n; start = ends[k++]) {
+		rc = bpe_word(t, u + start, ends[k] - start, sym, &heap,
 		    mapped, out, cause);
 		if (rc != 0)
 			break;
@@ -519,7 +284,7 @@ tok_bpe_encode(const struct tokenizer *t, const char *s, size_t len,
 	tok_heap_free(&heap);
 	free(mapped);
 	free(sym);
-	cps_free(&x);
+	free(ends);
 	return (rc);
 }
 

@@ -12,9 +12,32 @@ enum tok_kind {
 	TOK_BPE,		/* tokenizer.ggml.model "gpt2" */
 };
 
+/* The BPE pre-tokenizer rules (tok_pre.c has each one's patterns). */
 enum tok_pre {
 	TOK_PRE_GPT2,		/* the GPT-2 split */
 	TOK_PRE_LLAMA3,		/* the Llama 3 split */
+	TOK_PRE_QWEN2,		/* Llama 3's with single digits */
+	TOK_PRE_QWEN35,		/* Qwen 2's with marks in words */
+	TOK_PRE_DEEPSEEK_LLM,
+	TOK_PRE_DEEPSEEK_CODER,
+	TOK_PRE_DEEPSEEK3,
+	TOK_PRE_FALCON,
+	TOK_PRE_STARCODER,	/* single digits, then GPT-2 */
+	TOK_PRE_TEKKEN,		/* words split at case changes */
+	TOK_PRE_GPT4O,		/* Tekken's words with contractions, digits in threes */
+	TOK_PRE_BLOOM,
+	TOK_PRE_VIKING,		/* BLOOM's, then single digits */
+	TOK_PRE_COUNT
+};
+
+/* What a tokenizer.ggml.pre name implies besides its rule. */
+#define TOK_PRE_WHOLE_WORDS	0x01	/* a word that is a token is taken whole */
+#define TOK_PRE_BOS		0x02	/* add BOS unless the file says not to */
+
+struct tok_pre_name {
+	const char	*name;
+	enum tok_pre	 pre;
+	int		 flags;		/* TOK_PRE_* */
 };
 
 /* One vocabulary entry. */
@@ -24,6 +47,7 @@ struct tok_entry {
 	float		score;
 	uint8_t		type;		/* TOKEN_TYPE_* */
 	uint8_t		byte;		/* the byte of a TOKEN_TYPE_BYTE token */
+	uint8_t		rstrip;		/* matched as a special token, eats the spaces after it */
 };
 
 /* A BPE merge in the open-addressing table, keyed by the pair of ids. */
@@ -61,6 +85,7 @@ struct tokenizer {
 	int			 add_bos, add_eos;
 	int			 add_space_prefix;	/* SPM: " " before the text */
 	int			 ignore_merges;		/* BPE: whole-word tokens first */
+	int			 pre_flags;		/* BPE: TOK_PRE_* of its name */
 
 	/* SPM: the <0xNN> token of each byte; BPE: its one-character token. */
 	int32_t			 byte_tok[256];
@@ -133,6 +158,9 @@ int	 tok_bpe_load(struct tokenizer *, const struct gguf_file *, char **cause);
 int	 tok_bpe_encode(const struct tokenizer *, const char *, size_t,
 	    struct tok_out *, char **cause);
 size_t	 tok_bpe_piece(const struct tokenizer *, int32_t, char *, size_t);
-size_t	 tok_bpe_split(enum tok_pre, const char *, size_t, size_t **ends);
+
+/* tok_pre.c */
+const struct tok_pre_name *tok_pre_find(const char *);
+size_t	 tok_pre_split(enum tok_pre, const char *, size_t, size_t **ends);
 
 #endif

@@ -477,7 +477,7 @@ load_special(struct tokenizer *t, const struct gguf_file *gf, char **cause)
 			    strlen(ids[i].spm_default));
 	}
 
-	t->add_bos = t->kind == TOK_SPM;
+	t->add_bos = t->kind == TOK_SPM || (t->pre_flags & TOK_PRE_BOS);
 	t->add_eos = 0;
 	t->add_space_prefix = t->kind == TOK_SPM;
 	if (read_bool(gf, "tokenizer.ggml.add_bos_token", &t->add_bos, cause) != 0 ||
@@ -502,6 +502,50 @@ load_special(struct tokenizer *t, const struct gguf_file *gf, char **cause)
 			add_eog(t, id);
 	}
 	return (0);
+}
+
+/*
+ * Phi-3's special tokens strip the whitespace after them when they are
+ * matched in text (their added-token entries say rstrip), except <unk>,
+ * <s> and <|endoftext|>.  GGUF files do not carry that flag, so, as
+ * llama.cpp does, a model whose general.name says Phi-3 gets it.
+ */
+static void
+mark_rstrip(struct tokenizer *t, const struct gguf_file *gf)
+{
+	static const char *const keep[] = { "<unk>", "<s>", "<|endoftext|>" };
+	char	*name, *cause = NULL, *c;
+	size_t	 k;
+	int32_t	 id;
+	int	 phi3;
+
+	if (gguf_find(gf, "general.name") == NULL)
+		return;
+	if ((name = gguf_get_str(gf, "general.name", &cause)) == NULL) {
+		free(cause);
+		return;
+	}
+	for (c = name; *c != '\0'; c++) {
+		if (*c >= 'A' && *c <= 'Z')
+			*c += 'a' - 'A';
+	}
+	phi3 = strstr(name, "phi-3") != NULL || strstr(name, "phi3") != NULL;
+	free(name);
+	if (!phi3)
+		return;
+	for (id = 0; id < t->n_vocab; id++) {
+		switch (t->tok[id].type) {
+		case TOKEN_TYPE_CONTROL:
+		case TOKEN_TYPE_USER:
+		case TOKEN_TYPE_UNKNOWN:
+			t->tok[id].rstrip = 1;
+			break;
+		}
+	}
+	for (k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+		if ((id = tok_lookup(t, keep[k], strlen(keep[k]))) != -1)
+			t->tok[id].rstrip = 0;
+	}
 }
 
 /* Build a tokenizer from a GGUF file. */
@@ -554,6 +598,7 @@ tokenizer_load(const struct gguf_file *gf, char **cause)
 
 	if (load_special(t, gf, cause) != 0)
 		goto fail;
+	mark_rstrip(t, gf);
 	build_special(t, &t->sp_all, 0);
 	build_special(t, &t->sp_user, 1);
 	log_debug("tokenizer: %s, %d tokens, %zu merges, bos %d eos %d",
@@ -796,6 +841,11 @@ tokenizer_encode(const struct tokenizer *t, const char *text, size_t len,
 			goto fail;
 		tok_out_push(&out, id);
 		i += t->tok[id].len;
+		if (t->tok[id].rstrip) {
+			while (i < len && (text[i] == ' ' ||
+			    (text[i] >= '\t' && text[i] <= '\r')))
+				i++;
+		}
 		start = i;
 	}
 	if (encode_raw(t, text + start, len - start, &out, cause) != 0)

@@ -14,9 +14,10 @@ struct tokenizer;
  *	"llama"	SentencePiece-style: pieces merged by score, spaces written
  *		as U+2581, characters without a piece spelled with <0xNN>
  *		byte tokens.
- *	"gpt2"	byte-level BPE: text split by the pre-tokenizer named in
- *		tokenizer.ggml.pre ("default"/"gpt-2", or "llama-bpe"/"llama3"
- *		for the Llama 3 split), each piece merged by rank.
+ *	"gpt2"	byte-level BPE: text cut into words by the pre-tokenizer
+ *		tokenizer.ggml.pre names (GPT-2's when the key is absent;
+ *		tok_pre.c lists the names known), each word merged by rank.
+ *		A file naming any other pre-tokenizer is refused.
  *
  * The vocabulary is copied out of the GGUF file, which may be closed
  * after tokenizer_load().  A loaded tokenizer is read-only, so several

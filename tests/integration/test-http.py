@@ -272,8 +272,32 @@ try:
     st, msg, r, _ = err({"model": "stories", "messages": "hi"},
                         path="/v1/chat/completions")
     ok(st == 400 and "messages" in msg, "chat: 400 naming messages", r)
-    st, msg, r, _ = err({"model": "stories", "prompt": "x", "logprobs": 2})
-    ok(st == 400 and "logprobs" in msg, "logprobs refused clearly", r)
+    st, msg, r, _ = err({"model": "stories", "prompt": "x", "logprobs": 21})
+    ok(st == 400 and "logprobs" in msg, "400 naming logprobs over 20", r)
+    st, msg, r, _ = err({"model": "stories", "messages": [
+        {"role": "user", "content": "Hi"}], "top_logprobs": 2},
+        path="/v1/chat/completions")
+    ok(st == 400 and "top_logprobs" in msg, "top_logprobs without logprobs "
+       "is refused", r)
+    st, msg, r, _ = err({"model": "stories", "messages": [
+        {"role": "wizard", "content": "Hi"}]}, path="/v1/chat/completions")
+    ok(st == 400 and "wizard" in msg, "an unknown role is refused naming it",
+       r)
+
+    # --- logprobs ------------------------------------------------------------
+    st, _, r = jcall(HS, "POST", "/v1/completions", {
+        "model": "stories", "prompt": golden["prompt_tokens"],
+        "max_tokens": 6, "temperature": 0, "logprobs": 2})
+    lp = r["choices"][0]["logprobs"] if st == 200 else {}
+    ok(st == 200 and "".join(lp["tokens"]) == r["choices"][0]["text"] and
+       len(lp["token_logprobs"]) == 6 and
+       all(x <= 0 for x in lp["token_logprobs"]) and
+       all(len(t) == 2 for t in lp["top_logprobs"]) and
+       all(max(t, key=t.get) == tok for t, tok in
+           zip(lp["top_logprobs"], lp["tokens"])) and
+       lp["text_offset"] == [len("".join(lp["tokens"][:i]))
+                             for i in range(6)],
+       "completions logprobs: tokens, greedy choice on top, offsets", lp)
 
     # --- Ollama --------------------------------------------------------------
     st, hd, raw = call(HS, "POST", "/api/generate", {
@@ -354,13 +378,58 @@ try:
        "a bad keep_alive is refused naming it", r)
 
     # --- chat (template rendering) -------------------------------------------
-    st, _, r = jcall(HS, "POST", "/v1/chat/completions", {
-        "model": "stories", "messages": [{"role": "user", "content": "Hi"}]})
-    chat_available = st != 501
-    if not chat_available:
-        ok("chat templates are not available" in
-           r.get("error", {}).get("message", ""), "chat without templates: "
-           "501 with a clear error", r)
+    msgs = [{"role": "system", "content": "You tell stories."},
+            {"role": "user", "content": [{"type": "text", "text": "Tell me "},
+                                         {"type": "text", "text": "a story."}]}]
+    rc, out, _ = d.ctl("--json", "render", "stories", "--system",
+                       "You tell stories.", "Tell me a story.")
+    rendered = json.loads(out) if rc == 0 else {"tokens": []}
+    st, _, c = jcall(HS, "POST", "/v1/chat/completions", {
+        "model": "stories", "messages": msgs, "max_tokens": 10,
+        "logprobs": True, "top_logprobs": 3})
+    ok(st == 200 and c["object"] == "chat.completion" and
+       c["id"].startswith("chatcmpl-") and
+       c["choices"][0]["message"]["role"] == "assistant" and
+       c["usage"]["prompt_tokens"] == len(rendered["tokens"]) and
+       c["usage"]["completion_tokens"] == 10,
+       "chat: the template's prompt (as phasectl render), the reply", c)
+    chat_text = c["choices"][0]["message"]["content"] if st == 200 else ""
+    clp = c["choices"][0]["logprobs"]["content"] if st == 200 else []
+    ok(len(clp) == 10 and all(len(e["top_logprobs"]) == 3 and
+                               e["top_logprobs"][0]["token"] == e["token"]
+                               for e in clp) and
+       "".join(e["token"] for e in clp) == chat_text,
+       "chat logprobs: content entries with top_logprobs", clp[:2])
+    st, _, raw = call(HS, "POST", "/v1/chat/completions", {
+        "model": "stories", "messages": msgs, "max_tokens": 10,
+        "stream": True})
+    ev = sse_events(raw) or []
+    ch = [json.loads(e) for e in ev[:-1]]
+    ok(st == 200 and ev and ev[-1] == "[DONE]" and ch and
+       ch[0]["object"] == "chat.completion.chunk" and
+       ch[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+       and ch[-1]["choices"][0]["finish_reason"] == "length" and
+       ch[-1]["choices"][0]["delta"] == {} and
+       "".join(x["choices"][0]["delta"].get("content", "") for x in ch) ==
+       chat_text, "chat stream: role chunk, content deltas, finish chunk, "
+       "[DONE]", ch[:2])
+    st, _, oc = jcall(HS, "POST", "/api/chat", {
+        "model": "stories", "messages": msgs, "stream": False,
+        "options": {"num_predict": 10}})
+    ok(st == 200 and oc["message"] == {"role": "assistant",
+                                        "content": chat_text} and
+       oc["done"] is True and oc["prompt_eval_count"] ==
+       len(rendered["tokens"]) and "context" not in oc,
+       "Ollama chat: the same turn", oc)
+    st, _, raw = call(HS, "POST", "/api/chat", {
+        "model": "stories", "messages": msgs, "options": {"num_predict": 10}})
+    objs = [json.loads(x) for x in raw.decode().split("\n") if x]
+    ok(st == 200 and objs and objs[-1]["done"] is True and
+       "".join(o["message"]["content"] for o in objs) == chat_text,
+       "Ollama chat: NDJSON stream", objs[-1:])
+    st, _, s = jcall(HS, "POST", "/api/show", {"model": "stories"})
+    ok(st == 200 and s["template"] == rendered.get("chat_template"),
+       "POST /api/show names the template in use", s.get("template"))
 
     # --- metrics -------------------------------------------------------------
     st, hd, out = call(HS, "GET", "/metrics")

@@ -114,6 +114,34 @@ rejects(const struct sampler_params *p, const char *want)
 	free(cause);
 }
 
+/* Log probabilities from raw logits: values, order, ties, the cap. */
+static void
+test_logprobs(void)
+{
+	float	 lg[6] = { 1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f };
+	float	 lp, top[SAMPLER_TOP_LOGPROBS_MAX];
+	int32_t	 ids[SAMPLER_TOP_LOGPROBS_MAX];
+	double	 lse = 0;
+	int	 i, n;
+
+	for (i = 0; i < 6; i++)
+		lse += exp(lg[i]);
+	lse = log(lse);
+	n = sampler_logprobs(lg, 6, 2, 4, &lp, ids, top);
+	is_int(n, 4, "logprobs: four alternatives asked, four given");
+	near(lp, 2.0 - lse, 1e-6, "logprobs: the chosen token's log softmax");
+	ok(ids[0] == 1 && ids[1] == 3 && ids[2] == 2 && ids[3] == 0,
+	    "logprobs: likeliest first, ties to the lower id");
+	near(top[0], 3.0 - lse, 1e-6, "logprobs: the top one's value");
+	ok(top[0] == top[1] && top[1] > top[2] && top[2] > top[3],
+	    "logprobs: in order");
+	n = sampler_logprobs(lg, 6, 0, 100, &lp, ids, top);
+	is_int(n, 6, "logprobs: never more than the vocabulary");
+	n = sampler_logprobs(lg, 6, 0, 0, &lp, ids, top);
+	is_int(n, 0, "logprobs: none asked, none given");
+	near(lp, 1.0 - lse, 1e-6, "logprobs: still the token's own");
+}
+
 int
 main(void)
 {
@@ -297,5 +325,6 @@ main(void)
 	bad = p;
 	bad.repeat_last_n = -3;
 	rejects(&bad, "repeat_last_n -3 is out of range 0..1048576");
+	test_logprobs();
 	done_testing();
 }

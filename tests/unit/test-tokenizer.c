@@ -459,6 +459,35 @@ test_gpt2(void)
 	tokenizer_free(t);
 }
 
+/*
+ * The other shared BPE vocabularies, each with its own pre-tokenizer:
+ * deepseek-llm's six passes and falcon's three.
+ */
+static void
+test_bpe_vocabs(void)
+{
+	static const struct {
+		const char	*file;
+		int		 n_vocab;
+	} v[] = {
+		{ "ggml-vocab-deepseek-llm.gguf", 102400 },
+		{ "ggml-vocab-falcon.gguf", 65024 },
+	};
+	struct tokenizer	*t;
+	char			 rel[256];
+	size_t			 i;
+
+	for (i = 0; i < sizeof v / sizeof v[0]; i++) {
+		snprintf(rel, sizeof rel, "vocab/%s", v[i].file);
+		t = load_shared(rel);
+		if (!ok(t != NULL, "%s: load", v[i].file))
+			continue;
+		is_int(tokenizer_n_vocab(t), v[i].n_vocab, "%s: n_vocab", v[i].file);
+		run_vectors(t, v[i].file, 0);
+		tokenizer_free(t);
+	}
+}
+
 /* stories260K's 512-token vocabulary against the golden prompt. */
 static void
 test_stories(void)
@@ -497,6 +526,78 @@ test_stories(void)
 	}
 	free(json);
 	tokenizer_free(t);
+}
+
+/* The value after "key": in JSON text from p, or NULL. */
+static char *
+json_value(char *p, const char *key)
+{
+	char	pat[64];
+
+	snprintf(pat, sizeof pat, "\"%s\"", key);
+	if ((p = strstr(p, pat)) == NULL)
+		return (NULL);
+	p += strlen(pat);
+	while (*p == ' ' || *p == ':')
+		p++;
+	return (p);
+}
+
+/*
+ * The models of every architecture in the shared set (their vocabulary is
+ * stories260K's): each golden case's prompt encodes to its prompt_ids, BOS
+ * as the model wants it.
+ */
+static void
+test_arch_prompts(void)
+{
+	static const char *const arch[] = {
+		"gemma2", "gemma3", "llama3", "mistral-hd", "phi3", "qwen2",
+		"qwen3",
+	};
+	struct tokenizer	*t;
+	char			 rel[512], path[8192], *json, *p, *q, *end;
+	char			 prompt[256];
+	size_t			 a, len, n, want_n, cases;
+	int32_t			*ids, want[256];
+
+	for (a = 0; a < sizeof arch / sizeof arch[0]; a++) {
+		snprintf(rel, sizeof rel, "models/arch/%s.gguf", arch[a]);
+		t = load_shared(rel);
+		snprintf(path, sizeof path, "%s/golden/arch/%s.json", shared, arch[a]);
+		json = slurp(path, &len);
+		if (!ok(t != NULL && json != NULL, "%s: load vocabulary and golden", arch[a])) {
+			tokenizer_free(t);
+			free(json);
+			continue;
+		}
+		cases = 0;
+		for (p = json; (p = json_value(p, "prompt")) != NULL; p = q) {
+			if (*p++ != '"' || (q = strchr(p, '"')) == NULL ||
+			    (size_t)(q - p) >= sizeof prompt)
+				break;
+			memcpy(prompt, p, q - p);
+			prompt[q - p] = '\0';
+			if ((q = json_value(q, "prompt_ids")) == NULL || *q++ != '[')
+				break;
+			for (want_n = 0; want_n < 256; q = end) {
+				while (*q == ' ' || *q == ',')
+					q++;
+				want[want_n] = strtol(q, &end, 10);
+				if (end == q)
+					break;
+				want_n++;
+			}
+			ids = enc(t, prompt, strlen(prompt), tokenizer_add_bos(t), 0, &n);
+			snprintf(rel, sizeof rel, "%s: \"%s\"", arch[a], prompt);
+			is_ids(ids, n, want, want_n, rel);
+			free(ids);
+			cases++;
+		}
+		ok(cases >= 4, "%s: %zu golden prompts", arch[a], cases);
+		free(json);
+		tokenizer_free(t);
+	}
 }
 
 /* A GGUF file under construction, in memory. */
@@ -585,6 +686,7 @@ enum {
 	BAD_NO_TOKENS,
 	BAD_BOS_STRING,
 	BAD_ADD_BOS_INT,
+	VAR_PHI3,		/* valid, named like a Phi-3 model */
 };
 
 static const char *const tiny_tokens[] = {
@@ -613,6 +715,8 @@ tiny_spm(int bad, size_t *len)
 		types[i] = tiny_types[i];
 	}
 	gw_kv_str(&g, "general.architecture", "llama");
+	if (bad == VAR_PHI3)
+		gw_kv_str(&g, "general.name", "Phi-3-mini-4k-instruct");
 	gw_kv_str(&g, "tokenizer.ggml.model", bad == BAD_MODEL ? "bert" : "llama");
 	if (bad == BAD_BYTE_TEXT) {
 		gw_kv_strs(&g, "tokenizer.ggml.tokens", bad_byte, 2);
@@ -755,6 +859,36 @@ test_tiny(void)
 	free(cause);
 	free(buf);
 
+	/* Phi-3's special tokens eat the whitespace after them; others do not. */
+	buf = tiny_spm(VAR_PHI3, &len);
+	t = load_mem(buf, len, &cause);
+	if (ok(t != NULL, "tiny phi-3: loads")) {
+		ids = enc(t, "a<c>\n b<|u|> \tb", 15, 0, 1, &n);
+		is_ids(ids, n, (const int32_t[]){ 10, 14, 7, 9, 13, 7, 9 }, 7,
+		    "tiny phi-3: whitespace after special tokens stripped");
+		free(ids);
+		ids = enc(t, "<s> a", 5, 0, 1, &n);
+		is_ids(ids, n, (const int32_t[]){ 1, 7, 10 }, 3,
+		    "tiny phi-3: <s> keeps the space after it");
+		free(ids);
+	} else
+		diag("%s", cause);
+	tokenizer_free(t);
+	free(cause);
+	free(buf);
+	buf = tiny_spm(BAD_NONE, &len);
+	t = load_mem(buf, len, &cause);
+	if (ok(t != NULL, "tiny spm: loads again")) {
+		ids = enc(t, "a<c> b", 6, 0, 1, &n);
+		is_ids(ids, n, (const int32_t[]){ 10, 14, 7, 7, 9 }, 5,
+		    "tiny spm: other models keep the space after a special token");
+		free(ids);
+	} else
+		diag("%s", cause);
+	tokenizer_free(t);
+	free(cause);
+	free(buf);
+
 	expect_bad(BAD_SCORES_SHORT, "14 scores for 15 tokens", "short scores array");
 	expect_bad(BAD_TYPES_LONG, "16 types for 15 tokens", "long token_type array");
 	expect_bad(BAD_BOS_RANGE, "token id 15 out of range (vocabulary has 15 tokens)", "bos id out of range");
@@ -808,14 +942,173 @@ test_tiny(void)
 	}
 }
 
+/*
+ * Each pre-tokenizer's words for tricky inputs: contractions, digits, CJK,
+ * emoji, whitespace runs, marks, punctuation.  The expected words are what
+ * the published patterns give under a Unicode-aware regex engine (the
+ * tokenizers' own JavaScript port, transformers.js), the same engine whose
+ * token ids these pre-tokenizers were checked against on full
+ * vocabularies: llama.cpp's vectors for qwen2 (46/46, on Qwen 3's
+ * vocabulary), llama-bpe (46/46), deepseek-coder, starcoder, refact, mpt
+ * and phi-3 (46/46 each), and 175 inputs for each rule here, on the
+ * Qwen 3, Llama 3, DeepSeek V3 and GPT-4o vocabularies.
+ */
+static const char *const split_in[] = {
+	"Hello World's 12345 dogs!!\n\n  end",
+	"HTTPServer iPhone McDONALD'S they're",
+	"\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	"\xf0\x9f\xa6\x99 emoji \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd x\xc2\xb2",
+	"  \t leading\r\n\r\n trailing  ",
+	"na\xc3\xafve caf\xc3\xa9 \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4\xe0\xa5\x8d\xe0\xa4\xb0\xe0\xa4\xbf\xe0\xa4\xaf",
+	"3.14 \xd9\xa3\xd9\xa4\xd9\xa5 $100 ~a `b` (c)",
+	"\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88 \xe2\x80\x98q\xe2\x80\x99 /path/\n",
+};
+static const struct {
+	enum tok_pre	 pre;
+	const char	*name;
+	const char	*want[8];
+} split_want[] = {
+	{ TOK_PRE_GPT2, "gpt2", {
+	    "Hello| World|'s| 12345| dogs|!!|\n\n | end",
+	    "HTTPServer| iPhone| McDONALD|'|S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95|\xe0\xa5\x8d|\xe0\xa4\xb7\xe0\xa4\xa4|\xe0\xa5\x8d|\xe0\xa4\xb0|\xe0\xa4\xbf|\xe0\xa4\xaf",
+	    "3|.|14| \xd9\xa3\xd9\xa4\xd9\xa5| $|100| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80|\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/|\n",
+	} },
+	{ TOK_PRE_LLAMA3, "llama3", {
+	    "Hello| World|'s| |123|45| dogs|!!\n\n| | end",
+	    "HTTPServer| iPhone| McDONALD|'S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95|\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4|\xe0\xa5\x8d\xe0\xa4\xb0|\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|14| |\xd9\xa3\xd9\xa4\xd9\xa5| $|100| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/\n",
+	} },
+	{ TOK_PRE_QWEN2, "qwen2", {
+	    "Hello| World|'s| |1|2|3|4|5| dogs|!!\n\n| | end",
+	    "HTTPServer| iPhone| McDONALD|'S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95|\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4|\xe0\xa5\x8d\xe0\xa4\xb0|\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|1|4| |\xd9\xa3|\xd9\xa4|\xd9\xa5| $|1|0|0| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/\n",
+	} },
+	{ TOK_PRE_QWEN35, "qwen35", {
+	    "Hello| World|'s| |1|2|3|4|5| dogs|!!\n\n| | end",
+	    "HTTPServer| iPhone| McDONALD|'S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4\xe0\xa5\x8d\xe0\xa4\xb0\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|1|4| |\xd9\xa3|\xd9\xa4|\xd9\xa5| $|1|0|0| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/\n",
+	} },
+	{ TOK_PRE_DEEPSEEK_LLM, "deepseek-llm", {
+	    "Hello| World|'|s| |12345| dogs|!!|\n|\n| | end",
+	    "HTTPServer| iPhone| McDONALD|'|S| they|'|re",
+	    "\xe4\xb8\xad\xe6\x96\x87|abc|\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| |\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r|\n|\r|\n| trailing|  ",
+	    "na|\xc3\xaf|ve| caf|\xc3\xa9| |\xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4\xe0\xa5\x8d\xe0\xa4\xb0\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|14| |\xd9\xa3\xd9\xa4\xd9\xa5| $|100| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80|\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| |\xe2\x80\x98|q|\xe2\x80\x99| /|path|/|\n",
+	} },
+	{ TOK_PRE_DEEPSEEK_CODER, "deepseek-coder", {
+	    "Hello| World|'|s| |1|2|3|4|5| dogs|!!|\n|\n| | end",
+	    "HTTPServer| iPhone| McDONALD|'|S| they|'|re",
+	    "\xe4\xb8\xad\xe6\x96\x87|abc|\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| |\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r|\n|\r|\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| |\xe0\xa4\x95|\xe0\xa5\x8d|\xe0\xa4\xb7\xe0\xa4\xa4|\xe0\xa5\x8d|\xe0\xa4\xb0|\xe0\xa4\xbf|\xe0\xa4\xaf",
+	    "3|.|1|4| |\xd9\xa3|\xd9\xa4|\xd9\xa5| $|1|0|0| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80|\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| |\xe2\x80\x98|q|\xe2\x80\x99| /|path|/|\n",
+	} },
+	{ TOK_PRE_DEEPSEEK3, "deepseek-v3", {
+	    "Hello| World|'s| |123|45| dogs|!!\n\n| | end",
+	    "HTTPServer| iPhone| McDONALD|'S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87|abc|\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4\xe0\xa5\x8d\xe0\xa4\xb0\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|14| |\xd9\xa3\xd9\xa4\xd9\xa5| $|100| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/\n",
+	} },
+	{ TOK_PRE_FALCON, "falcon", {
+	    "Hello| World|'|s| |123|45| dogs|!!|\n\n | end",
+	    "HTTPServer| iPhone| McDONALD|'|S| they|'|re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95|\xe0\xa5\x8d|\xe0\xa4\xb7\xe0\xa4\xa4|\xe0\xa5\x8d|\xe0\xa4\xb0|\xe0\xa4\xbf|\xe0\xa4\xaf",
+	    "3|.|14| \xd9\xa3\xd9\xa4\xd9\xa5| |$|100| |~|a| |`|b|`| |(|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80|\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| |\xe2\x80\x98|q|\xe2\x80\x99| |/|path|/|\n",
+	} },
+	{ TOK_PRE_STARCODER, "starcoder", {
+	    "Hello| World|'s| |1|2|3|4|5| dogs|!!|\n\n | end",
+	    "HTTPServer| iPhone| McDONALD|'|S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95|\xe0\xa5\x8d|\xe0\xa4\xb7\xe0\xa4\xa4|\xe0\xa5\x8d|\xe0\xa4\xb0|\xe0\xa4\xbf|\xe0\xa4\xaf",
+	    "3|.|1|4| |\xd9\xa3|\xd9\xa4|\xd9\xa5| $|1|0|0| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80|\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/|\n",
+	} },
+	{ TOK_PRE_TEKKEN, "tekken", {
+	    "Hello| World|'s| |1|2|3|4|5| dogs|!!\n\n| | end",
+	    "HTTPServer| i|Phone| Mc|DONALD|'S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4\xe0\xa5\x8d\xe0\xa4\xb0\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|1|4| |\xd9\xa3|\xd9\xa4|\xd9\xa5| $|1|0|0| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/\n",
+	} },
+	{ TOK_PRE_GPT4O, "gpt-4o", {
+	    "Hello| World's| |123|45| dogs|!!\n\n| | end",
+	    "HTTPServer| i|Phone| Mc|DONALD'S| they're",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4\xe0\xa5\x8d\xe0\xa4\xb0\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|14| |\xd9\xa3\xd9\xa4\xd9\xa5| $|100| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/\n",
+	} },
+	{ TOK_PRE_BLOOM, "bloom", {
+	    "Hello| World's| 12345| dogs|!!\n\n | end",
+	    "HTTPServer| iPhone| McDONALD'S| they're",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4\xe0\xa5\x8d\xe0\xa4\xb0\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|14| \xd9\xa3\xd9\xa4\xd9\xa5| $100| ~a| `b`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80|\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98q\xe2\x80\x99| /path/|\n",
+	} },
+	{ TOK_PRE_VIKING, "viking", {
+	    "Hello| World's| |1|2|3|4|5| dogs|!!\n\n | end",
+	    "HTTPServer| iPhone| McDONALD'S| they're",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4\xe0\xa5\x8d\xe0\xa4\xb0\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|1|4| |\xd9\xa3|\xd9\xa4|\xd9\xa5| $|1|0|0| ~a| `b`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80|\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98q\xe2\x80\x99| /path/|\n",
+	} },
+};
+
 /* Check a pre-tokenizer split; want lists the words separated by '|'. */
 static void
-check_split(enum tok_pre pre, const char *text, const char *want)
+check_split_named(enum tok_pre pre, const char *name, const char *text,
+    const char *want)
 {
-	char	 got[256];
+	char	 got[1024];
 	size_t	*ends, n, i, o = 0, start = 0;
 
-	n = tok_bpe_split(pre, text, strlen(text), &ends);
+	n = tok_pre_split(pre, text, strlen(text), &ends);
 	for (i = 0; i < n && o + (ends[i] - start) + 2 < sizeof got; i++) {
 		if (i > 0)
 			got[o++] = '|';
@@ -824,8 +1117,20 @@ check_split(enum tok_pre pre, const char *text, const char *want)
 		start = ends[i];
 	}
 	got[o] = '\0';
-	is_str(got, want, "%s split", pre == TOK_PRE_LLAMA3 ? "llama3" : "gpt2");
+	if (!ok(strcmp(got, want) == 0, "%s split", name)) {
+		diag_bytes("input", text, strlen(text));
+		diag_bytes("got", got, o);
+		diag_bytes("want", want, strlen(want));
+	}
 	free(ends);
+}
+
+/* check_split_named for the two rules the hand-worked examples use. */
+static void
+check_split(enum tok_pre pre, const char *text, const char *want)
+{
+	check_split_named(pre, pre == TOK_PRE_LLAMA3 ? "llama3" : "gpt2", text,
+	    want);
 }
 
 /* The pre-tokenizer regexes, by hand-worked examples. */
@@ -838,7 +1143,13 @@ test_split(void)
 	int32_t			*ids;
 	size_t			 len, n;
 	static const char *const merges[] = { "a b" };
+	size_t			 i, k;
 
+	for (i = 0; i < sizeof split_want / sizeof split_want[0]; i++) {
+		for (k = 0; k < sizeof split_in / sizeof split_in[0]; k++)
+			check_split_named(split_want[i].pre, split_want[i].name,
+			    split_in[k], split_want[i].want[k]);
+	}
 	check_split(TOK_PRE_GPT2, "Hello world", "Hello| world");
 	check_split(TOK_PRE_GPT2, "   Hello", "  | Hello");
 	check_split(TOK_PRE_GPT2, "I'm x'RE", "I|'m| x|'|RE");
@@ -861,18 +1172,56 @@ test_split(void)
 	check_split(TOK_PRE_LLAMA3, "  \tx  ", "  |\tx|  ");
 	check_split(TOK_PRE_LLAMA3, "x \n\t y", "x| \n|\t| y");
 
-	/* A llama-bpe vocabulary takes whole-word tokens before merging. */
-	buf = tiny_bpe(merges, 1, "llama-bpe", &len);
+	/* llama-bpe and tekken take whole-word tokens before merging. */
+	static const char *const whole[] = { "llama-bpe", "tekken" };
+	for (i = 0; i < 2; i++) {
+		buf = tiny_bpe(merges, 1, whole[i], &len);
+		t = load_mem(buf, len, &cause);
+		if (ok(t != NULL, "%s pre: loads", whole[i])) {
+			ids = enc(t, "abc", 3, 0, 0, &n);
+			ok(n == 1 && ids[0] == 4, "%s pre: whole-word token without a merge path", whole[i]);
+			free(ids);
+		} else
+			diag("%s", cause);
+		tokenizer_free(t);
+		free(cause);
+		free(buf);
+	}
+
+	/* Other names merge as listed: "abc" has no path past "ab". */
+	buf = tiny_bpe(merges, 1, "qwen2", &len);
 	t = load_mem(buf, len, &cause);
-	if (ok(t != NULL, "llama3 pre: loads")) {
+	if (ok(t != NULL, "qwen2 pre: loads")) {
 		ids = enc(t, "abc", 3, 0, 0, &n);
-		ok(n == 1 && ids[0] == 4, "llama3 pre: whole-word token without a merge path");
+		ok(n == 2 && ids[0] == 3 && ids[1] == 2, "qwen2 pre: merges only");
 		free(ids);
 	} else
 		diag("%s", cause);
 	tokenizer_free(t);
 	free(cause);
 	free(buf);
+
+	/* Every name the common GGUF files carry loads. */
+	static const char *const known[] = {
+		"gpt-2", "default", "mpt", "olmo", "llama-bpe", "llama3",
+		"dbrx", "smaug-bpe", "glm4", "qwen2", "deepseek-r1-qwen",
+		"stablelm2", "qwen35", "deepseek-llm", "deepseek-coder",
+		"deepseek-v3", "falcon", "starcoder", "refact", "command-r",
+		"smollm", "exaone", "tekken", "gpt-4o", "llama4", "bloom",
+		"poro-chat", "viking",
+	};
+	for (i = k = 0; i < sizeof known / sizeof known[0]; i++) {
+		buf = tiny_bpe(merges, 1, known[i], &len);
+		t = load_mem(buf, len, &cause);
+		if (t == NULL) {
+			diag("%s: %s", known[i], cause);
+			k++;
+		}
+		tokenizer_free(t);
+		free(cause);
+		free(buf);
+	}
+	is_int(k, 0, "pre: all %zu known names load", sizeof known / sizeof known[0]);
 }
 
 /*
@@ -1025,7 +1374,9 @@ main(void)
 
 	test_spm();
 	test_gpt2();
+	test_bpe_vocabs();
 	test_stories();
+	test_arch_prompts();
 	test_tiny();
 	test_split();
 	test_random();
