@@ -277,10 +277,33 @@ hgen_done(struct gen *g, struct engine_event *ev)
 static void
 hgen_fail(struct hgen *hg, int status, const char *param, const char *msg)
 {
+	json_t	*o;
+	char	*s;
+
 	detach_closecb(hg);
 	if (hg->gone)
 		release_gone(hg);
-	else
+	else if (hg->started) {
+		/* The stream's head is out: the error goes in the stream. */
+		if (hg->api >= HAPI_OLLAMA_GENERATE)
+			o = json_pack("{ss}", "error", msg);
+		else
+			o = json_pack("{s{ss,ss?}}", "error", "message", msg,
+			    "param", param);
+		s = json_dumps(o, JSON_COMPACT);
+		json_decref(o);
+		if (hg->api >= HAPI_OLLAMA_GENERATE) {
+			hgen_write(hg, s, strlen(s));
+			hgen_write(hg, "\n", 1);
+		} else {
+			hgen_write(hg, "data: ", 6);
+			hgen_write(hg, s, strlen(s));
+			hgen_write(hg, "\n\ndata: [DONE]\n\n", 16);
+		}
+		free(s);
+		evhttp_send_reply_end(hg->req);
+		hg->req = NULL;
+	} else
 		http_error(hg->req, hg->api >= HAPI_OLLAMA_GENERATE ?
 		    HTTP_ERR_OLLAMA : HTTP_ERR_OPENAI, status, param, "%s", msg);
 	hgen_free(hg);
@@ -400,6 +423,9 @@ hgen_run(struct hgen *hg)
 	if (in->state != INST_READY) {
 		hg->load_ns = now_ns();
 		link_to(&waiting, hg);
+		/* SSE streams start now, to carry keep-alives during the load. */
+		if (hg->stream && fmt_of(hg)->keepalive != NULL)
+			hgen_stream_head(hg);
 		return;
 	}
 	hgen_submit(hg, in);

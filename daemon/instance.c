@@ -728,7 +728,7 @@ instance_load_lazy(const char *name, int *code, char **cause)
 	struct config_model	*cm = NULL;
 	struct instance		*in, *lru;
 	struct stat		 st;
-	uint64_t		 limit = phased->conf.model_memory_limit;
+	uint64_t		 limit = phased->conf.model_memory_limit, used;
 	char			*victim;
 	int			 i;
 
@@ -752,12 +752,14 @@ instance_load_lazy(const char *name, int *code, char **cause)
 			instance_unload(victim, NULL);
 			free(victim);
 		}
-		if (resident_bytes(&lru) + (uint64_t)st.st_size > limit) {
+		used = resident_bytes(&lru);
+		if (used + (uint64_t)st.st_size > limit) {
 			*code = PHASED__ERROR_CODE__ERR_OVERLOADED;
-			set_cause(cause, "model %s needs %llu bytes and "
-			    "model-memory-limit %llu is taken by models in use",
-			    name, (unsigned long long)st.st_size,
-			    (unsigned long long)limit);
+			set_cause(cause, "model %s needs %llu bytes: "
+			    "model-memory-limit %llu leaves %llu beside the "
+			    "models in use", name, (unsigned long long)st.st_size,
+			    (unsigned long long)limit, (unsigned long long)
+			    (used < limit ? limit - used : 0));
 			return (-1);
 		}
 	}

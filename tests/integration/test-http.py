@@ -7,6 +7,7 @@ idle connections) while a witness request is still served."""
 import http.client
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -565,6 +566,50 @@ finally:
     ok(not os.path.exists(os.path.join(d.dir, "phased-http.sock")),
        "the HTTP socket is removed at exit")
     d.cleanup()
+
+# Models loaded on demand under model-memory-limit (each file is ~1.2 MB):
+# an idle one is unloaded to make room, one in use is not.
+d3 = Daemon("plugin-dir %s\n%s"
+            "model a %s ctx=128 load=lazy\nmodel b %s ctx=128 load=lazy\n"
+            "model big %s load=lazy\nmodel-memory-limit 2M\n" %
+            (PLUGINS, "socket-group nogroup\n" if os.geteuid() == 0 else "",
+             MODEL, MODEL, os.path.join(SHARED, "models", "arch",
+                                        "mistral-hd.gguf")), dirmode=0o711)
+d3.start()
+HS3 = os.path.join(d3.dir, "phased-http.sock")
+try:
+    st, _, r = jcall(HS3, "POST", "/api/generate", {"model": "a"})
+    st2, _, r2 = jcall(HS3, "POST", "/api/generate", {"model": "b"})
+    st3, _, ps = jcall(HS3, "GET", "/api/ps")
+    ok(st == 200 and st2 == 200 and [m["name"] for m in ps["models"]] ==
+       ["b"] and "unloading to make room for b" in d3.logtext(),
+       "model-memory-limit: loading b unloads idle a", (r, r2, ps))
+    # 3.6 MB does not fit even with b unloaded: 429 with Retry-After.
+    st, hd, r = jcall(HS3, "POST", "/v1/completions",
+                      {"model": "big", "prompt": "x"})
+    ok(st == 429 and hd.get("retry-after") == "1" and
+       "model-memory-limit" in r["error"]["message"],
+       "a model over model-memory-limit gets 429", (st, r))
+    if os.geteuid() == 0 and shutil.which("setpriv") and shutil.which("curl"):
+        def as_nobody(body):
+            p = subprocess.run(
+                ["setpriv", "--reuid=nobody", "--regid=nogroup",
+                 "--clear-groups", "curl", "-s", "-w", "\n%{http_code}",
+                 "--unix-socket", HS3, "http://x/api/generate", "-d",
+                 json.dumps(body)], capture_output=True, timeout=60)
+            out = p.stdout.decode().rsplit("\n", 1)
+            return (int(out[1]) if len(out) == 2 and out[1].isdigit()
+                    else 0), out[0]
+        st, out = as_nobody({"model": "b", "prompt": "Hi", "stream": False,
+                             "options": {"num_predict": 2}})
+        ok(st == 200 and '"done":true' in out, "a peer without admin rights "
+           "may generate", out)
+        st, out = as_nobody({"model": "b", "keep_alive": 0})
+        ok(st == 403 and "admin" in out, "a peer without admin rights may "
+           "not change keep_alive (403)", out)
+finally:
+    d3.stop()
+    d3.cleanup()
 
 # A TCP address other than loopback needs a key.
 d2 = Daemon("plugin-dir %s\nhttp-listen 0.0.0.0:%d\n" % (PLUGINS, free_port()))
