@@ -24,6 +24,8 @@ void	http_start(struct daemon *);
 void	http_shutdown(void);
 /* Close everything (after the engines are gone). */
 void	http_stop(void);
+/* Whether HTTP generations are still running. */
+int	http_busy(void);
 
 /* --- Inside the front end ----------------------------------------------- */
 

@@ -474,7 +474,10 @@ http_gen_tick(void)
 			fmt_of(hg)->keepalive(hg);
 }
 
-/* Shutting down: requests still waiting for a model get 503. */
+/*
+ * Shutting down: requests still waiting for a model get 503, running ones
+ * are cancelled so that their replies end properly within the grace time.
+ */
 void
 http_gen_shutdown(void)
 {
@@ -484,6 +487,16 @@ http_gen_shutdown(void)
 		unlink_from(&waiting, hg);
 		hgen_fail(hg, 503, NULL, "daemon is shutting down");
 	}
+	for (hg = live; hg != NULL; hg = hg->next_live)
+		engine_cancel(hg->g.inst->engine, hg->g.engine_id,
+		    "daemon is shutting down");
+}
+
+/* Whether generations are still running (shutdown waits for them). */
+int
+http_busy(void)
+{
+	return (live != NULL || waiting != NULL);
 }
 
 /* Timings of a finished request as a JSON object (the extension). */

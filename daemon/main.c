@@ -118,7 +118,7 @@ shutdown_check_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	static int	ticks;
 
-	if (TAILQ_EMPTY(&phased->conns) ||
+	if ((TAILQ_EMPTY(&phased->conns) && !http_busy()) ||
 	    ++ticks > SHUTDOWN_GRACE_S * 10)
 		event_base_loopexit(phased->base, NULL);
 }

@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -260,9 +261,9 @@ try:
              "deep")]:
         st, _, out = call(HS, "POST", "/v1/completions", raw_body=raw)
         ok(st == 400 and word.encode() in out, "400 for %s" % desc, out[:200])
-    st, _, out = call(HS, "POST", "/v1/completions",
-                      raw_body=b'{"prompt": "' + b"a" * 70000 + b'"}')
-    ok(st == 413, "413 for a body over http-max-body", st)
+    out = raw_exchange(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Length: 70000\r\n\r\n" + b"a" * 1000)
+    ok(status_of(out) == 413, "413 for a body over http-max-body", out[:100])
     st, msg, r, _ = err(None, path="/v1/completions", method="GET")
     ok(st == 405, "405 for the wrong method", r)
     st, msg, r, _ = err(None, path="/v2/nothing", method="GET")
@@ -560,6 +561,22 @@ try:
     for c in many:
         c.close()
     ok(witness() and d.alive(), "the daemon keeps serving")
+    # SIGTERM ends a running stream properly, as cancelled.
+    c = UnixHTTP(HS)
+    c.request("POST", "/v1/completions", body=json.dumps({
+        "model": "stories", "prompt": "Once upon a time", "max_tokens": 500,
+        "temperature": 1, "stream": True}))
+    resp = c.getresponse()
+    first = resp.readline()
+    d.signal(signal.SIGTERM)
+    rest = resp.read().decode()
+    c.close()
+    ev = sse_events(first + rest.encode()) if first else None
+    fins = [json.loads(e)["choices"][0]["finish_reason"] for e in ev or []
+            if e != "[DONE]" and json.loads(e)["choices"]]
+    ok(ev is not None and ev[-1] == "[DONE]" and fins and
+       fins[-1] == "abort", "SIGTERM: a running stream ends with "
+       "finish_reason abort and [DONE]", rest[-300:])
 finally:
     rc = d.stop()
     ok(rc == 0, "daemon exits cleanly", d.logtext()[-2000:])
