@@ -175,6 +175,8 @@ release_gone(struct hgen *hg)
 {
 	if (hg->req == NULL)
 		return;
+	/* Seen by peer_closed() first, the connection may still be up. */
+	detach_closecb(hg);
 	if (hg->started)
 		evhttp_send_reply_end(hg->req);
 	else
