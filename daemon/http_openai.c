@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/http.h>
 
@@ -419,12 +420,15 @@ http_oai_models(struct evhttp_request *req, const struct http_peer *p)
 {
 	struct instance	*in;
 	json_t		*data = json_array();
+	json_int_t	 started;
 	int		 i;
 
+	/* The daemon's start in Unix seconds (start_ns is monotonic). */
+	started = (json_int_t)time(NULL) -
+	    (json_int_t)((now_ns() - phased->start_ns) / 1000000000ULL);
 	for (in = instance_first(); in != NULL; in = instance_next(in))
 		json_array_append_new(data, json_pack("{ss,ss,sI,ss,ss}", "id",
-		    in->name, "object", "model", "created",
-		    (json_int_t)(phased->start_ns / 1000000000ULL), "owned_by",
+		    in->name, "object", "model", "created", started, "owned_by",
 		    "phased", "status", in->state == INST_READY ? "loaded" :
 		    "loading"));
 	for (i = 0; i < phased->conf.n_models; i++)
