@@ -7,6 +7,7 @@ idle connections) while a witness request is still served."""
 import http.client
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -547,9 +548,14 @@ try:
        "%d of %d" % (closed, len(slow)))
 
     # Many concurrent connections, each with a request half sent.
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass
     many = []
     try:
-        for i in range(1200):
+        for i in range(2000):
             c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             c.connect(HS)
             c.sendall(b"GET /health HTTP/1.1\r\n")
