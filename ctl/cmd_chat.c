@@ -152,16 +152,17 @@ chat_turn(struct ctl *ctl, Phased__ChatRequest *cr, int logprobs,
 	if (phased_send(ctl->conn, &req, err, sizeof err) != 0)
 		return (ctl_fail(CTL_EUSAGE, "%s", err));
 	while (!ended) {
+		/* The signal may have come during a read, not the poll. */
+		if (chat_interrupted && !cancelled) {
+			send_cancel(ctl, req.id);
+			cancelled = 1;
+		}
 		pfd.fd = phased_fd(ctl->conn);
 		pfd.events = POLLIN;
 		if (poll(&pfd, 1, -1) == -1) {
 			if (errno != EINTR)
 				return (ctl_fail(CTL_EUSAGE, "poll: %s",
 				    strerror(errno)));
-			if (chat_interrupted && !cancelled) {
-				send_cancel(ctl, req.id);
-				cancelled = 1;
-			}
 			continue;
 		}
 		if (phased_recv(ctl->conn, &r, err, sizeof err) != 0)

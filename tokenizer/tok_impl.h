@@ -27,6 +27,8 @@ enum tok_pre {
 	TOK_PRE_GPT4O,		/* Tekken's words with contractions, digits in threes */
 	TOK_PRE_BLOOM,
 	TOK_PRE_VIKING,		/* BLOOM's, then single digits */
+	TOK_PRE_MINICPM5,	/* digits in threes, then Llama 3's with whole numbers */
+	TOK_PRE_SEED_CODER,	/* Qwen 2's without newlines after punctuation */
 	TOK_PRE_COUNT
 };
 

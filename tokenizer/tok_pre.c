@@ -35,6 +35,7 @@ struct cps {
 	uint32_t	*cp;
 	uint8_t		*cl;
 	uint32_t	*off;		/* n + 1 entries */
+	uint32_t	*space_end;	/* where the whitespace run from each one ends */
 	size_t		 n;
 };
 
@@ -53,6 +54,20 @@ classify(uint32_t cp)
 {
 	uint8_t	c = 0;
 
+	/* ASCII without the table searches, as most text is ASCII. */
+	if (cp < 0x80) {
+		if (cp >= 'a' && cp <= 'z')
+			return (CL_LETTER | CL_LOWER);
+		if (cp >= 'A' && cp <= 'Z')
+			return (CL_LETTER | CL_UPPER);
+		if (cp >= '0' && cp <= '9')
+			return (CL_NUMBER);
+		if (cp == ' ' || (cp >= '\t' && cp <= '\r'))
+			return (CL_SPACE);
+		if (cp < 0x20 || cp == 0x7f)
+			return (0);
+		return (strchr("$+<=>^`|~", (int)cp) != NULL ? CL_SYMBOL : CL_PUNCT);
+	}
 	/* An invalid byte reads as U+FFFD, a symbol. */
 	if (cp == UC_INVALID)
 		return (CL_SYMBOL);
@@ -107,6 +122,10 @@ cps_build(struct cps *x, const unsigned char *u, size_t len)
 		x->off[x->n++] = i;
 	}
 	x->off[x->n] = len;
+	x->space_end = xreallocarray(NULL, x->n + 1, sizeof *x->space_end);
+	x->space_end[x->n] = x->n;
+	for (i = x->n; i-- > 0; )
+		x->space_end[i] = x->cl[i] & CL_SPACE ? x->space_end[i + 1] : i;
 }
 
 /* Free what cps_build allocated. */
@@ -116,6 +135,7 @@ cps_free(struct cps *x)
 	free(x->cp);
 	free(x->cl);
 	free(x->off);
+	free(x->space_end);
 }
 
 #define HAS(x, i, m)	((x)->cl[i] & (m))
@@ -287,7 +307,7 @@ struct modern {
 	int	cased;		/* words split where lower case turns upper */
 	int	suffix;		/* a cased word takes a contraction after it */
 	int	digits;		/* most digits in a number, 0: no limit */
-	int	slash;		/* punctuation is followed by [\r\n/]*, not [\r\n]* */
+	int	tail;		/* after punctuation: 0 nothing, 1 [\r\n]*, 2 [\r\n/]* */
 };
 
 /*
@@ -356,7 +376,8 @@ modern(const struct modern *m, const struct cps *x, size_t i, size_t end)
 	if (m->word & CL_MARK)
 		not |= CL_MARK;
 	if ((j = other_run(x, i, end, not, 1)) != i) {
-		while (j < end && (IS_NL(x, j) || (m->slash && x->cp[j] == '/')))
+		while (m->tail && j < end &&
+		    (IS_NL(x, j) || (m->tail == 2 && x->cp[j] == '/')))
 			j++;
 		return (j);
 	}
@@ -365,11 +386,13 @@ modern(const struct modern *m, const struct cps *x, size_t i, size_t end)
 	return (space_run(x, i, end));
 }
 
-static const struct modern mod_llama3 = { 1, CL_LETTER, 0, 0, 3, 0 };
-static const struct modern mod_qwen2 = { 1, CL_LETTER, 0, 0, 1, 0 };
-static const struct modern mod_qwen35 = { 1, CL_LETTER | CL_MARK, 0, 0, 1, 0 };
-static const struct modern mod_tekken = { 0, 0, 1, 0, 1, 1 };
-static const struct modern mod_gpt4o = { 0, 0, 1, 1, 3, 1 };
+static const struct modern mod_llama3 = { 1, CL_LETTER, 0, 0, 3, 1 };
+static const struct modern mod_qwen2 = { 1, CL_LETTER, 0, 0, 1, 1 };
+static const struct modern mod_qwen35 = { 1, CL_LETTER | CL_MARK, 0, 0, 1, 1 };
+static const struct modern mod_tekken = { 0, 0, 1, 0, 1, 2 };
+static const struct modern mod_gpt4o = { 0, 0, 1, 1, 3, 2 };
+static const struct modern mod_minicpm5 = { 1, CL_LETTER, 0, 0, 0, 1 };
+static const struct modern mod_seed_coder = { 1, CL_LETTER, 0, 0, 1, 0 };
 
 /* Llama 3: digits in threes. */
 static size_t
@@ -407,6 +430,20 @@ static size_t
 m_gpt4o(const struct cps *x, size_t i, size_t end)
 {
 	return (modern(&mod_gpt4o, x, i, end));
+}
+
+/* MiniCPM 5: the Llama 3 split with numbers whole (after a pass of \p{N}{1,3}). */
+static size_t
+m_minicpm5(const struct cps *x, size_t i, size_t end)
+{
+	return (modern(&mod_minicpm5, x, i, end));
+}
+
+/* Seed-Coder: Qwen 2's split without newlines after punctuation. */
+static size_t
+m_seed_coder(const struct cps *x, size_t i, size_t end)
+{
+	return (modern(&mod_seed_coder, x, i, end));
 }
 
 /* \p{N} */
@@ -456,11 +493,11 @@ m_newline(const struct cps *x, size_t i, size_t end)
 	return (IS_NL(x, i) ? i + 1 : i);
 }
 
-/* \s+$ */
+/* \s+$ (in constant time, as the passes try it at every code point) */
 static size_t
 m_trailing_space(const struct cps *x, size_t i, size_t end)
 {
-	return (run(x, i, end, CL_SPACE) == end ? end : i);
+	return (HAS(x, i, CL_SPACE) && x->space_end[i] >= end ? end : i);
 }
 
 /* An optional whitespace character, then a run of code points in the ranges. */
@@ -693,16 +730,19 @@ static const match_fn rules[TOK_PRE_COUNT][PASSES_MAX] = {
 	[TOK_PRE_GPT4O] = { m_gpt4o },
 	[TOK_PRE_BLOOM] = { m_bloom },
 	[TOK_PRE_VIKING] = { m_bloom, m_digit },
+	[TOK_PRE_MINICPM5] = { m_digits3, m_minicpm5 },
+	[TOK_PRE_SEED_CODER] = { m_seed_coder },
 };
 
 /*
  * One pass: split each piece [s, e) of the code points by a pattern, its
  * matches and what lies between them each becoming a piece.  Pieces are
- * given and returned as the code point index each ends at.
+ * given and returned as the code point index each ends at (the input is
+ * far below 4 GiB, so 32 bits hold one).
  */
 static size_t
-pass(const struct cps *x, match_fn fn, const size_t *in, size_t n_in,
-    size_t *out)
+pass(const struct cps *x, match_fn fn, const uint32_t *in, size_t n_in,
+    uint32_t *out)
 {
 	size_t	k, s = 0, e, i, gap, m, n = 0;
 
@@ -730,7 +770,8 @@ tok_pre_split(enum tok_pre pre, const char *s, size_t len, size_t **ends)
 {
 	const match_fn	*passes = rules[pre];
 	struct cps	 x;
-	size_t		*a, *b, *t, n = 0, p, k;
+	uint32_t	*a, *b, *t;
+	size_t		 n = 0, p, k;
 
 	cps_build(&x, (const unsigned char *)s, len);
 	a = xreallocarray(NULL, x.n + 1, sizeof *a);
@@ -741,11 +782,12 @@ tok_pre_split(enum tok_pre pre, const char *s, size_t len, size_t **ends)
 		n = pass(&x, passes[p], a, n, b);
 		t = a, a = b, b = t;
 	}
+	*ends = xreallocarray(NULL, n ? n : 1, sizeof **ends);
 	for (k = 0; k < n; k++)
-		a[k] = x.off[a[k]];
+		(*ends)[k] = x.off[a[k]];
+	free(a);
 	free(b);
 	cps_free(&x);
-	*ends = a;
 	return (n);
 }
 
@@ -785,6 +827,11 @@ static const struct tok_pre_name names[] = {
 	{ "hunyuan", TOK_PRE_QWEN2, 0 },
 	{ "solar-open", TOK_PRE_QWEN2, 0 },
 	{ "grok-2", TOK_PRE_QWEN2, 0 },
+	{ "bailingmoe", TOK_PRE_QWEN2, 0 },
+	{ "bailingmoe2", TOK_PRE_QWEN2, 0 },
+	{ "llada-moe", TOK_PRE_QWEN2, 0 },
+	{ "seed-coder", TOK_PRE_SEED_CODER, 0 },
+	{ "minicpm5", TOK_PRE_MINICPM5, TOK_PRE_WHOLE_WORDS },
 	{ "qwen35", TOK_PRE_QWEN35, 0 },
 	{ "deepseek-llm", TOK_PRE_DEEPSEEK_LLM, 0 },
 	{ "deepseek-coder", TOK_PRE_DEEPSEEK_CODER, 0 },

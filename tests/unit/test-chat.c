@@ -60,6 +60,12 @@ static const struct { const char *name, *want; } rendered[] = {
 	{ "zephyr", "<|system|>\nYou are a helpful assistant</s>\n<|user|>\nHello</s>\n<|assistant|>\nHi there</s>\n<|user|>\nWho are you</s>\n<|assistant|>\n   I am an assistant   </s>\n<|user|>\nAnother question</s>\n<|assistant|>\n" },
 };
 
+/*
+ * HuggingFaceH4/zephyr-7b-beta's chat_template (tokenizer_config.json),
+ * which TinyLlama/TinyLlama-1.1B-Chat-v1.0 ships too.
+ */
+static const char zephyr_beta[] = "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+
 /* Published template files (tests/data/chat/README says whose). */
 static const struct { const char *file, *family; } files[] = {
 	{ "Qwen-Qwen2.5-7B-Instruct.jinja", "chatml" },
@@ -218,6 +224,8 @@ test_detect(void)
 			printf("#   got %s\n", chat_template_name(t));
 		free(text);
 	}
+	ok(strcmp(chat_template_name(chat_template_detect(zephyr_beta)),
+	    "zephyr") == 0, "zephyr-7b-beta detected as zephyr");
 	ok(strcmp(chat_template_name(chat_template_detect(NULL)), "chatml")
 	    == 0, "no template falls back to chatml");
 	ok(strcmp(chat_template_name(chat_template_detect("{{ messages }}")),

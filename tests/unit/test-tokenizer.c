@@ -946,12 +946,16 @@ test_tiny(void)
  * Each pre-tokenizer's words for tricky inputs: contractions, digits, CJK,
  * emoji, whitespace runs, marks, punctuation.  The expected words are what
  * the published patterns give under a Unicode-aware regex engine (the
- * tokenizers' own JavaScript port, transformers.js), the same engine whose
- * token ids these pre-tokenizers were checked against on full
- * vocabularies: llama.cpp's vectors for qwen2 (46/46, on Qwen 3's
- * vocabulary), llama-bpe (46/46), deepseek-coder, starcoder, refact, mpt
- * and phi-3 (46/46 each), and 175 inputs for each rule here, on the
- * Qwen 3, Llama 3, DeepSeek V3 and GPT-4o vocabularies.
+ * tokenizers' JavaScript port, transformers.js).  The same rules were
+ * checked on whole vocabularies, by token ids, outside this suite (the
+ * files are too big to ship): llama.cpp's vectors, 46 inputs each, pass
+ * for gpt-2, mpt (and gpt-neox, which names no pre-tokenizer),
+ * deepseek-llm, deepseek-coder, falcon, starcoder, refact, phi-3 and
+ * llama-spm; qwen2's on Qwen 3's vocabulary and llama-bpe's on Llama 3's;
+ * and 175 inputs per rule match transformers.js on the Qwen 3, Llama 3,
+ * DeepSeek V3, GPT-4o and Gemma 3 vocabularies, except 3 qwen2 inputs in
+ * decomposed form that Qwen's NFC normalizer composes first (llama.cpp
+ * does not normalize either).
  */
 static const char *const split_in[] = {
 	"Hello World's 12345 dogs!!\n\n  end",
@@ -1098,6 +1102,26 @@ static const struct {
 	    "3|.|1|4| |\xd9\xa3|\xd9\xa4|\xd9\xa5| $|1|0|0| ~a| `b`| (|c|)",
 	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80|\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98q\xe2\x80\x99| /path/|\n",
 	} },
+	{ TOK_PRE_MINICPM5, "minicpm5", {
+	    "Hello| World|'s| |123|45| dogs|!!\n\n| | end",
+	    "HTTPServer| iPhone| McDONALD|'S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95|\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4|\xe0\xa5\x8d\xe0\xa4\xb0|\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|14| |\xd9\xa3\xd9\xa4\xd9\xa5| $|100| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/\n",
+	} },
+	{ TOK_PRE_SEED_CODER, "seed-coder", {
+	    "Hello| World|'s| |1|2|3|4|5| dogs|!!|\n\n| | end",
+	    "HTTPServer| iPhone| McDONALD|'S| they|'re",
+	    "\xe4\xb8\xad\xe6\x96\x87" "abc\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a| \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+	    "\xf0\x9f\xa6\x99| emoji| \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| x|\xc2\xb2",
+	    "  \t| leading|\r\n\r\n| trailing|  ",
+	    "na\xc3\xafve| caf\xc3\xa9| \xe0\xa4\x95|\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xa4|\xe0\xa5\x8d\xe0\xa4\xb0|\xe0\xa4\xbf\xe0\xa4\xaf",
+	    "3|.|1|4| |\xd9\xa3|\xd9\xa4|\xd9\xa5| $|1|0|0| ~|a| `|b|`| (|c|)",
+	    "\xef\xbc\xa6\xef\xbc\xb5\xef\xbc\xac\xef\xbc\xac|\xe3\x80\x80\xef\xbd\x97\xef\xbd\x89\xef\xbd\x84\xef\xbd\x94\xef\xbd\x88| \xe2\x80\x98|q|\xe2\x80\x99| /|path|/|\n",
+	} },
 };
 
 /* Check a pre-tokenizer split; want lists the words separated by '|'. */
@@ -1150,6 +1174,40 @@ test_split(void)
 			check_split_named(split_want[i].pre, split_want[i].name,
 			    split_in[k], split_want[i].want[k]);
 	}
+	/* Random text: every rule's words cover it exactly, none empty. */
+	static const char *const bits[] = {
+		" ", "  ", "\n", "\r\n", "\t", "a", "Zz", "'s", "'LL", "7", "42",
+		"\xe4\xb8\xad", "\xe3\x82\xab", "\xea\xb0\x80", "\xcc\x81",
+		"\xc3\x89", "\xf0\x9f\xa6\x99", "!", "...", "$", "/", "\xff",
+		"\xe3\x80\x80", "\xef\xbc\x81", "\xd9\xa3",
+	};
+	uint32_t	 x = 12345;
+	size_t		*ends, nw, w, bad = 0, round, tl;
+	char		 text[512];
+	int		 pre;
+
+	for (pre = 0; pre < TOK_PRE_COUNT; pre++) {
+		for (round = 0; round < 200; round++) {
+			for (tl = 0; tl < sizeof text - 8; ) {
+				x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+				if (x % 23 == 0)
+					break;
+				k = strlen(bits[x % (sizeof bits / sizeof bits[0])]);
+				memcpy(text + tl, bits[x % (sizeof bits / sizeof bits[0])], k);
+				tl += k;
+			}
+			nw = tok_pre_split((enum tok_pre)pre, text, tl, &ends);
+			for (w = 0; w < nw; w++) {
+				if (ends[w] <= (w ? ends[w - 1] : 0))
+					break;
+			}
+			if (w != nw || (tl > 0 ? nw == 0 || ends[nw - 1] != tl : nw != 0))
+				bad++;
+			free(ends);
+		}
+	}
+	is_int(bad, 0, "pre: words of random text cover it exactly, for every rule");
+
 	check_split(TOK_PRE_GPT2, "Hello world", "Hello| world");
 	check_split(TOK_PRE_GPT2, "   Hello", "  | Hello");
 	check_split(TOK_PRE_GPT2, "I'm x'RE", "I|'m| x|'|RE");
@@ -1208,7 +1266,7 @@ test_split(void)
 		"stablelm2", "qwen35", "deepseek-llm", "deepseek-coder",
 		"deepseek-v3", "falcon", "starcoder", "refact", "command-r",
 		"smollm", "exaone", "tekken", "gpt-4o", "llama4", "bloom",
-		"poro-chat", "viking",
+		"poro-chat", "viking", "bailingmoe", "seed-coder", "minicpm5",
 	};
 	for (i = k = 0; i < sizeof known / sizeof known[0]; i++) {
 		buf = tiny_bpe(merges, 1, known[i], &len);
