@@ -12,6 +12,8 @@ prefix=$(cd "$top_builddir" && pwd)/tests/npm
 [ -f "$model" ] || { echo "1..0 # SKIP no $model"; exit 0; }
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
 	{ echo "1..0 # SKIP node and npm are not installed"; exit 0; }
+command -v curl >/dev/null 2>&1 ||
+	{ echo "1..0 # SKIP curl is not installed"; exit 0; }
 if [ ! -d "$prefix/node_modules/openai" ] ||
     [ ! -d "$prefix/node_modules/ollama" ]; then
 	mkdir -p "$prefix"
