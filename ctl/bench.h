@@ -43,6 +43,7 @@ struct b_opts {
 	uint32_t	 long_output;
 	double		 long_every;
 	uint32_t	 long_count;
+	const char	*url;		/* an OpenAI-compatible server */
 };
 
 /* One request and everything measured about it. */
@@ -53,6 +54,7 @@ struct b_req {
 	uint32_t	 output_len;
 	double		 arrival_s;	/* planned send time (open loop) */
 	struct phased_conn *conn;
+	struct bh_conn	*http;		/* --url */
 	uint64_t	 id;
 	int		 done;
 	int		 cancelled;	/* by the bench, at the end of a scenario */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_http.h"
 #include "util.h"
 
 #define B_USAGE "usage: phasectl bench MODEL [--rate R [--burstiness B] | " \
@@ -14,7 +15,7 @@
 	"\t[--prompt-len N|A-B] [--output-len N|A-B] [--lengths-file F] " \
 	"[--seed S]\n" \
 	"\t[--slo-ttft-ms X] [--slo-tbt-ms Y] [--model-file PATH] " \
-	"[--timeline FILE] [--quiet]\n" \
+	"[--timeline FILE] [--quiet] [--url URL]\n" \
 	"\t[--scenario interference [--chats K] [--chat-output N] " \
 	"[--chat-prompt-len N]\n" \
 	"\t [--long-prompt-len L] [--long-output N] [--long-every S] " \
@@ -97,6 +98,14 @@ b_parse(int argc, char **argv, struct b_opts *o)
 		if (strcmp(a, "--rate") == 0) {
 			o->rate = ctl_num(a, v, 1e-6, 1e6);
 			have_rate = 1;
+		} else if (strcmp(a, "--url") == 0) {
+			char	err[512];
+
+			if (bh_url_check(v, err, sizeof err) != 0) {
+				ctl_fail(CTL_EUSAGE, "%s", err);
+				return (-1);
+			}
+			o->url = v;
 		} else if (strcmp(a, "--burstiness") == 0) {
 			o->burstiness = ctl_num(a, v, 1e-3, 1e3);
 			have_burst = 1;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_http.h"
 #include "util.h"
 
 /* Open a connection to the daemon, or reuse an idle one. */
@@ -46,7 +47,10 @@ b_finish(struct bench *b, struct b_req *r, const char *finish,
 	r->finish = xstrdup(finish);
 	if (error != NULL)
 		r->error = xstrdup(error);
-	if (conn_ok) {
+	if (r->http != NULL) {
+		bh_close(r->http);
+		r->http = NULL;
+	} else if (conn_ok) {
 		b->idle = xreallocarray(b->idle, b->n_idle + 1,
 		    sizeof *b->idle);
 		b->idle[b->n_idle++] = r->conn;
@@ -100,7 +104,15 @@ b_send(struct bench *b, struct b_req *r)
 		b->chat_busy[r->stream] = 1;
 	else if (r->kind == BK_LONG)
 		b->longs_sent++;
-	if ((r->conn = b_conn(b, err, sizeof err)) != NULL) {
+	if (b->o->url != NULL) {
+		r->send_ns = now_ns() - b->t0;
+		r->http = bh_send(b->o->url, b->o->model, ids, r->prompt_len,
+		    r->output_len, err, sizeof err);
+		if (r->http != NULL) {
+			free(ids);
+			return;
+		}
+	} else if ((r->conn = b_conn(b, err, sizeof err)) != NULL) {
 		r->id = phased_next_id(r->conn);
 		req.id = r->id;
 		r->send_ns = now_ns() - b->t0;
@@ -133,6 +145,35 @@ b_token(struct bench *b, struct b_req *r, const Phased__TokenEvent *t,
 	b->out_tokens++;
 }
 
+/* Read what an HTTP server sent for a request and act on it. */
+static void
+b_read_http(struct bench *b, struct b_req *r)
+{
+	Phased__TokenEvent	 te = PHASED__TOKEN_EVENT__INIT;
+	struct bh_result	 hr;
+	uint64_t		 at;
+	uint32_t		 i;
+
+	bh_read(r->http, &hr);
+	at = now_ns() - b->t0;
+	/* No server times per token: the daemon's view is the client's. */
+	te.t_us = (at - r->send_ns) / 1000;
+	for (i = 0; i < hr.n_tokens; i++)
+		b_token(b, r, &te, at);
+	if (!hr.done)
+		return;
+	r->d_prompt_tokens = hr.prompt_tokens != 0 ? hr.prompt_tokens :
+	    r->prompt_len;
+	r->d_output_tokens = hr.output_tokens != 0 ? hr.output_tokens :
+	    (uint32_t)r->n_tok;
+	r->d_queue_ms = hr.queue_ms;
+	r->d_prompt_ms = hr.prompt_ms;
+	r->d_ttft_ms = hr.ttft_ms;
+	r->d_e2e_ms = hr.e2e_ms;
+	b_finish(b, r, hr.finish[0] != '\0' ? hr.finish : "stop",
+	    hr.error[0] != '\0' ? hr.error : NULL, 1);
+}
+
 /* Read one frame for an in-flight request and act on it. */
 static void
 b_read(struct bench *b, struct b_req *r)
@@ -142,6 +183,10 @@ b_read(struct bench *b, struct b_req *r)
 	char			 err[512];
 	uint64_t		 at;
 
+	if (r->http != NULL) {
+		b_read_http(b, r);
+		return;
+	}
 	if (phased_recv(r->conn, &resp, err, sizeof err) != 0) {
 		b_finish(b, r, "error", err, 0);
 		return;
@@ -235,6 +280,13 @@ b_cancel_chats(struct bench *b)
 		r = b->inflight[i];
 		if (r->kind != BK_CHAT)
 			continue;
+		if (r->http != NULL) {
+			/* Closing the connection cancels on the server. */
+			r->cancelled = 1;
+			b_finish(b, r, "cancelled", NULL, 1);
+			i--;
+			continue;
+		}
 		cr.target = r->id;
 		req.id = phased_next_id(r->conn);
 		req.body_case = PHASED__REQUEST__BODY_CANCEL;
@@ -332,7 +384,8 @@ b_run(struct bench *b)
 		n = b->n_inflight;
 		memcpy(snap, b->inflight, n * sizeof *snap);
 		for (i = 0; i < n; i++) {
-			pfd[i].fd = phased_fd(snap[i]->conn);
+			pfd[i].fd = snap[i]->http != NULL ?
+			    bh_fd(snap[i]->http) : phased_fd(snap[i]->conn);
 			pfd[i].events = POLLIN;
 			pfd[i].revents = 0;
 		}
@@ -348,8 +401,8 @@ b_run(struct bench *b)
 			frames = 0;
 			do {
 				b_read(b, snap[i]);
-			} while (!snap[i]->done && ++frames < B_FRAMES_PER_FD &&
-			    b_readable(pfd[i].fd));
+			} while (!snap[i]->done && snap[i]->http == NULL &&
+			    ++frames < B_FRAMES_PER_FD && b_readable(pfd[i].fd));
 		}
 	}
 	free(pfd);

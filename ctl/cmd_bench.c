@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_http.h"
 #include "util.h"
 
 /* Free everything the run holds. */
@@ -73,7 +74,13 @@ cmd_bench(struct ctl *ctl, int argc, char **argv)
 	}
 	if (o.mode != BM_INTERFERENCE && o.requests == 0 && o.duration == 0)
 		o.requests = b.n_lengths > 0 ? (uint32_t)b.n_lengths : 10;
-	if (b_model_info(&b, &path) != 0) {
+	if (o.url != NULL) {
+		char	err[512];
+
+		/* Servers may name their model otherwise (llama-server). */
+		if (bh_model_check(o.url, o.model, err, sizeof err) != 0)
+			ctl_fail(0, "warning: %s", err);
+	} else if (b_model_info(&b, &path) != 0) {
 		b_free(&b);
 		return (CTL_EDAEMON);
 	}

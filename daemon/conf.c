@@ -47,6 +47,8 @@ config_defaults(struct phased_config *c)
 	c->max_waiting = 256;
 	c->threads = 0;
 	c->default_policy = xstrdup("fcfs");
+	c->http_max_body = 8U << 20;
+	c->http_timeout = 30;
 }
 
 /* Free everything a configuration holds. */
@@ -62,6 +64,9 @@ config_free(struct phased_config *c)
 	free(c->plugin_dir);
 	free(c->pidfile);
 	free(c->default_policy);
+	free(c->http_socket);
+	free(c->http_listen);
+	free(c->http_api_key);
 	for (i = 0; i < c->n_models; i++) {
 		free(c->models[i].name);
 		free(c->models[i].path);
@@ -281,6 +286,45 @@ conf_yesno(const struct conf_key *k, const char *v, struct phased_config *c,
 	return (0);
 }
 
+/* The HTTP socket: "none" turns it off, else an absolute path. */
+static int
+conf_http_socket(const struct conf_key *k, const char *v,
+    struct phased_config *c, char **why)
+{
+	if (strcmp(v, "none") == 0) {
+		set_str(CONF_FIELD(c, k->off), v);
+		return (0);
+	}
+	return (conf_path(k, v, c, why));
+}
+
+/* HOST:PORT for the HTTP listener. */
+static int
+conf_hostport(const struct conf_key *k, const char *v, struct phased_config *c,
+    char **why)
+{
+	if (strrchr(v, ':') == NULL) {
+		set_cause(why, "%s '%s' is not HOST:PORT", k->name, v);
+		return (-1);
+	}
+	set_str(CONF_FIELD(c, k->off), v);
+	return (0);
+}
+
+/* A secret of at least min characters. */
+static int
+conf_secret(const struct conf_key *k, const char *v, struct phased_config *c,
+    char **why)
+{
+	if (strlen(v) < k->min) {
+		set_cause(why, "%s must be at least %llu characters", k->name,
+		    (unsigned long long)k->min);
+		return (-1);
+	}
+	set_str(CONF_FIELD(c, k->off), v);
+	return (0);
+}
+
 #define CK_PATH(n, f, max)	{ n, conf_path, offsetof(struct phased_config, f), \
 	0, 0, 0, max, 0, 0 }
 #define CK_GROUP(n, f, g, h)	{ n, conf_group, \
@@ -307,6 +351,15 @@ static const struct conf_key conf_keys[] = {
 	{ "bf16-dot", conf_yesno, offsetof(struct phased_config, bf16_dot),
 	    0, 0, 0, 0, 0, 0 },
 	CK_NUM("max-output-buffer", max_output, 65536, 1ULL << 32, 1),
+	{ "http-socket", conf_http_socket,
+	    offsetof(struct phased_config, http_socket), 0, 0, 0, 108, 0, 0 },
+	{ "http-listen", conf_hostport,
+	    offsetof(struct phased_config, http_listen), 0, 0, 0, 0, 0, 0 },
+	{ "http-api-key", conf_secret,
+	    offsetof(struct phased_config, http_api_key), 0, 0, 16, 0, 0, 0 },
+	CK_NUM("http-timeout", http_timeout, 1, 3600, 0),
+	CK_NUM("http-max-body", http_max_body, 1024, 1ULL << 30, 1),
+	CK_NUM("model-memory-limit", model_memory_limit, 0, UINT64_MAX, 1),
 };
 
 /* A model line: name, path and key=value options. */

@@ -33,6 +33,12 @@ struct phased_config {
 	int		 threads;	/* default threads per model, 0 = cores */
 	int		 bf16_dot;	/* F16/BF16 weights may use bf16 dot products */
 	char		*default_policy;
+	char		*http_socket;	/* NULL: beside socket; "none": off */
+	char		*http_listen;	/* HOST:PORT, NULL: no TCP */
+	char		*http_api_key;	/* NULL: none */
+	uint64_t	 http_max_body;
+	uint32_t	 http_timeout;	/* seconds a client may stall */
+	uint64_t	 model_memory_limit; /* 0: none */
 	struct config_model *models;
 	int		 n_models;
 };

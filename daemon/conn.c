@@ -63,6 +63,13 @@ peer_is_admin(uid_t uid, gid_t gid)
 	return (0);
 }
 
+/* Whether a peer may make admin requests (for the HTTP socket too). */
+int
+conn_peer_admin(uid_t uid, gid_t gid)
+{
+	return (peer_is_admin(uid, gid));
+}
+
 /* Send a frame with an error and close, for connections refused at accept. */
 static void
 refuse(int fd, Phased__ErrorCode code, const char *msg)

@@ -45,6 +45,8 @@ struct stream {
 	void			*arg;
 };
 
+/* Whether a peer with these credentials may make admin requests. */
+int	conn_peer_admin(uid_t, gid_t);
 /* Accept a new client on fd. */
 void	conn_accept(int fd);
 /* Queue one response; returns -1 if the connection was dropped. */

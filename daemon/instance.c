@@ -29,6 +29,9 @@
 #define INST_CTX_DEFAULT_MAX	4096	/* ctx when not given: the model's, capped */
 #define INST_MAX_SEQS_DEFAULT	64
 #define INST_KV_CTX_MULT	4	/* default pool: this many full contexts */
+#define INST_KEEP_ALIVE_DEFAULT_MS	(5 * 60 * 1000)	/* models loaded on demand */
+
+void (*instance_load_hook)(const char *, const char *);
 
 static TAILQ_HEAD(, instance) instances = TAILQ_HEAD_INITIALIZER(instances);
 
@@ -252,10 +255,24 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 				free(o->chat_template);
 				o->chat_template = xstrdup(v);
 			}
+		} else if (strcmp(k, "keep-alive") == 0) {
+			rc = inst_parse_keep_alive(v, &o->keep_alive_ms, cause);
+			o->has_keep_alive = rc == 0;
+		} else if (strcmp(k, "load") == 0) {
+			if (strcmp(v, "lazy") == 0)
+				o->lazy = 1;
+			else if (strcmp(v, "start") == 0)
+				o->lazy = 0;
+			else {
+				set_cause(cause, "load '%s' is not lazy or "
+				    "start", v);
+				rc = -1;
+			}
 		} else {
 			set_cause(cause, "unknown option '%s' (ctx, threads, kv, "
 			    "kv-tokens, block-size, max-batch-tokens, max-seqs, "
-			    "policy, policy.KEY, groups, template)", k);
+			    "policy, policy.KEY, groups, template, keep-alive, "
+			    "load)", k);
 			rc = -1;
 		}
 		free(key);
@@ -263,6 +280,57 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 	if (rc != 0)
 		inst_opts_free(o);
 	return (rc);
+}
+
+/* Parse a keep-alive: Go-style durations, seconds, -1 (forever) or 0. */
+int
+inst_parse_keep_alive(const char *v, int64_t *ms, char **cause)
+{
+	const char	*p = v;
+	char		*end;
+	double		 x, total = 0;
+	int		 neg = 0;
+
+	if (*p == '-') {
+		neg = 1;
+		p++;
+	}
+	if (*p == '\0')
+		goto bad;
+	while (*p != '\0') {
+		x = strtod(p, &end);
+		if (end == p || x < 0)
+			goto bad;
+		p = end;
+		if (strncmp(p, "ms", 2) == 0) {
+			p += 2;
+			total += x;
+		} else if (*p == 'h') {
+			p++;
+			total += x * 3600e3;
+		} else if (*p == 'm') {
+			p++;
+			total += x * 60e3;
+		} else if (*p == 's') {
+			p++;
+			total += x * 1e3;
+		} else if (*p == '\0' && p == end && total == 0)
+			total = x * 1e3;	/* a bare number: seconds */
+		else
+			goto bad;
+	}
+	if (neg) {
+		*ms = -1;	/* any negative duration: forever, as Ollama */
+		return (0);
+	}
+	if (total > 365 * 86400e3)
+		goto bad;
+	*ms = (int64_t)total;
+	return (0);
+bad:
+	set_cause(cause, "keep-alive '%s' is not a duration such as 5m, 1h, "
+	    "300 (seconds), 0 or -1 (forever), up to a year", v);
+	return (-1);
 }
 
 /* Free what inst_opts_parse() allocated. */
@@ -439,16 +507,21 @@ load_deliver(struct mbox_msg *m)
 	else {
 		instance_chat_setup(in, lm->chat_template);
 		in->state = INST_READY;
+		instance_touch(in);
 		log_info("model %s loaded from %s", in->name, in->path);
 		load_reply(in, NULL);
+		if (instance_load_hook != NULL)
+			instance_load_hook(in->name, NULL);
 		free(lm->chat_template);
 		free(lm);
 		return;
 	}
 	log_warnx("model %s: %s", in->name, cause);
 	load_reply(in, cause);
-	free(cause);
 	TAILQ_REMOVE(&instances, in, entry);
+	if (instance_load_hook != NULL)
+		instance_load_hook(in->name, cause);
+	free(cause);
 	instance_free(in);
 	free(lm->chat_template);
 	free(lm);
@@ -463,6 +536,9 @@ load_progress(void *arg, double fraction)
 
 	if (fraction < 1.0 && fraction - in->last_progress < 0.02)
 		return;
+	/* Clients waiting on a load see its progress in the log. */
+	if (in->on_demand && (int)(fraction * 10) != (int)(in->last_progress * 10))
+		log_info("model %s: loading, %.0f%%", in->name, fraction * 100);
 	in->last_progress = fraction;
 	lm = xcalloc(1, sizeof *lm);
 	lm->m.deliver = load_deliver;
@@ -538,6 +614,8 @@ instance_load(const char *name, const char *path, char *const *argv,
 	in->name = xstrdup(name);
 	in->path = xstrdup(path);
 	in->state = INST_LOADING;
+	in->file_bytes = (uint64_t)st.st_size;
+	in->keep_alive_ms = in->opts.has_keep_alive ? in->opts.keep_alive_ms : -1;
 	TAILQ_INIT(&in->gens);
 	in->load_stream = stream;
 	if (stream != NULL) {
@@ -583,6 +661,18 @@ instance_unload(const char *name, char **cause)
 	return (0);
 }
 
+/* Whether a model line says load=lazy. */
+static int
+config_model_lazy(const struct config_model *cm)
+{
+	int	i;
+
+	for (i = 0; i < cm->n_options; i++)
+		if (strcmp(cm->options[i], "load=lazy") == 0)
+			return (1);
+	return (0);
+}
+
 /* Load the models of the configuration. */
 void
 instance_load_configured(void)
@@ -593,7 +683,7 @@ instance_load_configured(void)
 
 	for (i = 0; i < phased->conf.n_models; i++) {
 		cm = &phased->conf.models[i];
-		if (instance_find(cm->name) != NULL)
+		if (instance_find(cm->name) != NULL || config_model_lazy(cm))
 			continue;
 		if (instance_load(cm->name, cm->path, cm->options,
 		    cm->n_options, NULL, &code, &cause) != 0) {
@@ -601,6 +691,104 @@ instance_load_configured(void)
 			free(cause);
 			cause = NULL;
 		}
+	}
+}
+
+/* Bytes of model files resident or loading, and the LRU idle on-demand one. */
+static uint64_t
+resident_bytes(struct instance **lru)
+{
+	struct instance	*in;
+	uint64_t	 sum = 0;
+
+	*lru = NULL;
+	TAILQ_FOREACH(in, &instances, entry) {
+		sum += in->file_bytes;
+		if (in->state == INST_READY && in->on_demand &&
+		    TAILQ_EMPTY(&in->gens) && (*lru == NULL ||
+		    in->last_used_ns < (*lru)->last_used_ns))
+			*lru = in;
+	}
+	return (sum);
+}
+
+/* Start loading a lazily configured model on its first request. */
+int
+instance_load_lazy(const char *name, int *code, char **cause)
+{
+	struct config_model	*cm = NULL;
+	struct instance		*in, *lru;
+	struct stat		 st;
+	uint64_t		 limit = phased->conf.model_memory_limit, used;
+	char			*victim;
+	int			 i;
+
+	if ((in = instance_find(name)) != NULL)
+		return (0);
+	for (i = 0; i < phased->conf.n_models; i++)
+		if (strcmp(phased->conf.models[i].name, name) == 0)
+			cm = &phased->conf.models[i];
+	if (cm == NULL) {
+		*code = PHASED__ERROR_CODE__ERR_NOT_FOUND;
+		set_cause(cause, "no model %s", name);
+		return (-1);
+	}
+	if (limit != 0 && stat(cm->path, &st) == 0) {
+		/* Unload idle models loaded on demand, oldest first. */
+		while (resident_bytes(&lru) + (uint64_t)st.st_size > limit &&
+		    lru != NULL) {
+			victim = xstrdup(lru->name);
+			log_info("model %s: unloading to make room for %s "
+			    "(model-memory-limit)", victim, name);
+			instance_unload(victim, NULL);
+			free(victim);
+		}
+		used = resident_bytes(&lru);
+		if (used + (uint64_t)st.st_size > limit) {
+			*code = PHASED__ERROR_CODE__ERR_OVERLOADED;
+			set_cause(cause, "model %s needs %llu bytes: "
+			    "model-memory-limit %llu leaves %llu beside the "
+			    "models in use", name, (unsigned long long)st.st_size,
+			    (unsigned long long)limit, (unsigned long long)
+			    (used < limit ? limit - used : 0));
+			return (-1);
+		}
+	}
+	if (instance_load(cm->name, cm->path, cm->options, cm->n_options,
+	    NULL, code, cause) != 0)
+		return (-1);
+	in = instance_find(name);
+	in->on_demand = 1;
+	if (!in->opts.has_keep_alive)
+		in->keep_alive_ms = INST_KEEP_ALIVE_DEFAULT_MS;
+	return (0);
+}
+
+/* Record that an instance was just used (for keep-alive). */
+void
+instance_touch(struct instance *in)
+{
+	in->last_used_ns = now_ns();
+}
+
+/* Unload idle instances whose keep-alive has passed. */
+void
+instance_expire_idle(void)
+{
+	struct instance	*in, *next;
+	uint64_t	 now = now_ns();
+	char		*name;
+
+	for (in = TAILQ_FIRST(&instances); in != NULL; in = next) {
+		next = TAILQ_NEXT(in, entry);
+		if (in->state != INST_READY || in->keep_alive_ms < 0 ||
+		    !TAILQ_EMPTY(&in->gens) ||
+		    now - in->last_used_ns < (uint64_t)in->keep_alive_ms * 1000000)
+			continue;
+		name = xstrdup(in->name);
+		log_info("model %s: idle for its keep-alive, unloading", name);
+		instance_unload(name, NULL);
+		free(name);
 	}
 }
 

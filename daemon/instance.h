@@ -32,6 +32,9 @@ struct inst_opts {
 	int		 n_policy_params;
 	struct engine_group_spec groups[ENGINE_MAX_GROUPS];
 	int		 n_groups;	/* 0: one mixed group */
+	int64_t		 keep_alive_ms;	/* idle time before unloading; -1 never */
+	int		 has_keep_alive;
+	int		 lazy;		/* phased.conf: load on first use */
 	char		*chat_template;	/* template=NAME; NULL: the model's */
 };
 
@@ -56,6 +59,10 @@ struct instance {
 	struct stream		*load_stream;	/* progress goes here */
 	double			 last_progress;
 	struct gen_list		 gens;
+	int64_t			 keep_alive_ms;	/* -1: stays loaded */
+	uint64_t		 last_used_ns;	/* last request start or end */
+	uint64_t		 file_bytes;	/* for the memory limit */
+	int			 on_demand;	/* loaded by a request */
 	/* The chat template in use and its end of turn in this vocabulary. */
 	const struct chat_template *chat;
 	int32_t			 chat_eog[ENGINE_MAX_EOG];
@@ -63,6 +70,12 @@ struct instance {
 	const char		*chat_stops[INST_MAX_CHAT_STOPS];
 	int			 n_chat_stops;
 };
+
+/*
+ * Called on the control thread when a load ends: err is NULL once the
+ * instance is ready, else why it failed (the instance is gone after).
+ */
+extern void (*instance_load_hook)(const char *name, const char *err);
 
 /* Parse key=value options; -1 and *cause naming the bad one. */
 int	 inst_opts_parse(char *const *argv, int argc, struct inst_opts *,
@@ -86,10 +99,25 @@ struct instance *instance_first(void);
 struct instance *instance_next(struct instance *);
 /* The engine's event sink: runs on an engine thread. */
 void	 instance_engine_emit(void *arg, struct engine_event *ev);
-/* Load the models of the configuration. */
+/* Load the models of the configuration (not those marked lazy). */
 void	 instance_load_configured(void);
+/*
+ * Start loading a model that phased.conf lists as lazy; 0 when a load is
+ * under way (or it is loaded), -1 with *code and *cause otherwise.
+ */
+int	 instance_load_lazy(const char *name, int *code, char **cause);
+/* Record that an instance was just used (for keep-alive). */
+void	 instance_touch(struct instance *);
+/* Unload idle instances whose keep-alive has passed. */
+void	 instance_expire_idle(void);
+/* Parse a keep-alive: "5m", "1h30m", "90s", "300" (seconds), "-1", "0". */
+int	 inst_parse_keep_alive(const char *, int64_t *ms, char **cause);
 /* Unload everything (at shutdown). */
 void	 instance_shutdown(void);
+
+struct strbuf;
+/* Every ready model's metrics in the Prometheus text format (req_stats.c). */
+void	 instance_prom_text(struct strbuf *);
 
 /* ModelInfo messages describing every instance, for status and models. */
 struct inst_infos {

@@ -17,6 +17,7 @@
 #include <event2/thread.h>
 
 #include "conn.h"
+#include "http.h"
 #include "quant.h"
 #include "log.h"
 #include "phased.h"
@@ -117,7 +118,7 @@ shutdown_check_cb(evutil_socket_t fd, short ev, void *arg)
 {
 	static int	ticks;
 
-	if (TAILQ_EMPTY(&phased->conns) ||
+	if ((TAILQ_EMPTY(&phased->conns) && !http_busy()) ||
 	    ++ticks > SHUTDOWN_GRACE_S * 10)
 		event_base_loopexit(phased->base, NULL);
 }
@@ -136,6 +137,7 @@ daemon_shutdown(const char *why)
 	phased->shutting_down = 1;
 	log_info("shutting down: %s", why);
 	control_stop(phased);
+	http_shutdown();
 	n.message = (char *)"daemon is shutting down";
 	n.has_shutting_down = 1;
 	n.shutting_down = 1;
@@ -261,6 +263,8 @@ main(int argc, char **argv)
 	d.start_ns = now_ns();
 	if (control_listen(&d, d.conf.socket, &cause) != 0)
 		fatalx("%s", cause);
+	if (http_listen(&d, &cause) != 0)
+		fatalx("%s", cause);
 	if (!d.foreground) {
 		log_init(0, d.verbose, "phased");
 		if (daemon(0, 0) == -1)
@@ -280,6 +284,7 @@ main(int argc, char **argv)
 	mailbox_init(d.base);
 	apply_math(&d.conf);
 	control_start(&d);
+	http_start(&d);
 	instance_load_configured();
 	log_info("phased %s listening on %s (pid %ld)", PACKAGE_VERSION,
 	    d.socket_path, (long)getpid());
@@ -289,6 +294,7 @@ main(int argc, char **argv)
 	while (!TAILQ_EMPTY(&d.conns))
 		conn_free(TAILQ_FIRST(&d.conns), "daemon exiting");
 	instance_shutdown();
+	http_stop();
 	mailbox_free();
 	control_stop(&d);
 	if (d.pidfile != NULL)

@@ -15,8 +15,6 @@
 #include "tokenizer.h"
 #include "util.h"
 
-#define GEN_PROMPT_MAX_BYTES	(16U << 20)
-
 struct gen_msg {
 	struct mbox_msg		 m;
 	struct engine_event	 ev;
@@ -110,7 +108,15 @@ gen_deliver(struct mbox_msg *m)
 	Phased__Response	 r = PHASED__RESPONSE__INIT;
 	Phased__TokenEvent	 te = PHASED__TOKEN_EVENT__INIT;
 
-	if (ev->type == ENGINE_EV_TOKEN && g->stream != NULL) {
+	if (g->ops != NULL) {
+		if (ev->type == ENGINE_EV_TOKEN)
+			g->ops->token(g, ev);
+		else {
+			TAILQ_REMOVE(&g->inst->gens, g, entry);
+			instance_touch(g->inst);
+			g->ops->done(g, ev);
+		}
+	} else if (ev->type == ENGINE_EV_TOKEN && g->stream != NULL) {
 		te.token_id = ev->token;
 		te.text.data = (uint8_t *)ev->text;
 		te.text.len = ev->len;
@@ -129,6 +135,7 @@ gen_deliver(struct mbox_msg *m)
 			stream_free(g->stream);
 		}
 		TAILQ_REMOVE(&g->inst->gens, g, entry);
+		instance_touch(g->inst);
 		free(g);
 	}
 	free(ev->text);
@@ -238,6 +245,48 @@ gen_options(struct conn *c, uint64_t req_id, char **stop, size_t n_stop,
 	return (0);
 }
 
+/* Tokenize a prompt for an instance; add_bos -1: the model's default. */
+int
+gen_tokenize(struct instance *in, const char *prompt, size_t len, int add_bos,
+    int parse_special, int32_t **ids, size_t *n_ids, char **cause)
+{
+	struct tokenizer	*tok = model_tokenizer(in->model);
+	char			*why = NULL;
+
+	if (len > GEN_PROMPT_MAX_BYTES) {
+		set_cause(cause, "prompt of %zu bytes is over the limit of %u",
+		    len, GEN_PROMPT_MAX_BYTES);
+		return (-1);
+	}
+	if (add_bos < 0)
+		add_bos = tokenizer_add_bos(tok);
+	if (tokenizer_encode(tok, prompt, len, add_bos, parse_special, ids,
+	    n_ids, &why) != 0) {
+		set_cause(cause, "prompt: %s", why);
+		free(why);
+		return (-1);
+	}
+	return (0);
+}
+
+/* Submit a generation owned by g and track it on its instance. */
+int
+gen_submit(struct instance *in, struct engine_gen *eg, struct gen *g,
+    int *code, char **cause)
+{
+	enum engine_err	 err;
+
+	g->inst = in;
+	g->engine_id = engine_submit(in->engine, eg, g, &err, cause);
+	if (g->engine_id == 0) {
+		*code = engine_err_code(err);
+		return (-1);
+	}
+	TAILQ_INSERT_TAIL(&in->gens, g, entry);
+	instance_touch(in);
+	return (0);
+}
+
 /*
  * Submit a prepared generation and stream its events to the client; the
  * caller keeps eg's memory.  Errors are answered here.
@@ -248,7 +297,7 @@ gen_start(struct conn *c, uint64_t req_id, struct instance *in,
 {
 	struct stream	*s;
 	struct gen	*g;
-	enum engine_err	 err;
+	int		 code;
 	char		*cause = NULL;
 
 	g = xcalloc(1, sizeof *g);
@@ -258,15 +307,13 @@ gen_start(struct conn *c, uint64_t req_id, struct instance *in,
 		return;
 	}
 	g->stream = s;
-	g->engine_id = engine_submit(in->engine, eg, g, &err, &cause);
-	if (g->engine_id == 0) {
-		conn_send_error(c, req_id, engine_err_code(err), "%s", cause);
+	if (gen_submit(in, eg, g, &code, &cause) != 0) {
+		conn_send_error(c, req_id, code, "%s", cause);
 		free(cause);
 		stream_free(s);
 		free(g);
 		return;
 	}
-	TAILQ_INSERT_TAIL(&in->gens, g, entry);
 }
 
 /* Start a generation. */

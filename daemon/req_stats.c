@@ -140,16 +140,13 @@ req_stats(struct conn *c, Phased__Request *req)
 	free(counters);
 }
 
-/* Every model's metrics in the Prometheus text format. */
-static void
-req_metrics(struct conn *c, Phased__Request *req)
+/* Every ready model's metrics in the Prometheus text format, into sb. */
+void
+instance_prom_text(struct strbuf *sb)
 {
-	Phased__Response		 r = PHASED__RESPONSE__INIT;
-	Phased__MetricsReply		 mr = PHASED__METRICS_REPLY__INIT;
 	struct inst_snapshot		*snaps;
 	const struct inst_snapshot	**ptrs;
 	struct instance			*in;
-	struct strbuf			 sb;
 	size_t				 n = 0, i;
 	uint64_t			 now = now_ns();
 
@@ -167,18 +164,29 @@ req_metrics(struct conn *c, Phased__Request *req)
 		ptrs[i] = &snaps[i];
 		i++;
 	}
+	prom_write(sb, ptrs, n, (now - phased->start_ns) / 1e9);
+	for (i = 0; i < n; i++)
+		inst_snapshot_free(&snaps[i]);
+	free(snaps);
+	free(ptrs);
+}
+
+/* Every model's metrics in the Prometheus text format. */
+static void
+req_metrics(struct conn *c, Phased__Request *req)
+{
+	Phased__Response		 r = PHASED__RESPONSE__INIT;
+	Phased__MetricsReply		 mr = PHASED__METRICS_REPLY__INIT;
+	struct strbuf			 sb;
+
 	strbuf_init(&sb);
-	prom_write(&sb, ptrs, n, (now - phased->start_ns) / 1e9);
+	instance_prom_text(&sb);
 	mr.text = (char *)strbuf_str(&sb);
 	r.id = req->id;
 	r.body_case = PHASED__RESPONSE__BODY_METRICS;
 	r.metrics = &mr;
 	conn_send(c, &r);
 	strbuf_free(&sb);
-	for (i = 0; i < n; i++)
-		inst_snapshot_free(&snaps[i]);
-	free(snaps);
-	free(ptrs);
 }
 
 struct trace_req {
