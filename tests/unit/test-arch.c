@@ -34,20 +34,6 @@ static const char *want_arch[] = { "llama", "llama", "qwen2", "qwen3",
 
 static char	 shared[1024];
 
-/* Index of the highest logit, ties to the lowest id. */
-static int32_t
-argmax(const float *l, int n)
-{
-	int32_t	best = 0;
-	int	i;
-
-	for (i = 1; i < n; i++) {
-		if (l[i] > l[best])
-			best = i;
-	}
-	return (best);
-}
-
 /* Forward n tokens of one sequence in chunks; logits of the last token. */
 static int
 prefill(const struct model *m, struct kv_pool *pool, struct kv_seq *seq,
