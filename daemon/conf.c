@@ -46,6 +46,7 @@ config_defaults(struct phased_config *c)
 	c->max_waiting = 256;
 	c->threads = 0;
 	c->default_policy = xstrdup("fcfs");
+	c->policy_isolation = 1;
 }
 
 /* Free everything a configuration holds. */
@@ -61,6 +62,7 @@ config_free(struct phased_config *c)
 	free(c->plugin_dir);
 	free(c->pidfile);
 	free(c->default_policy);
+	free(c->policy_host);
 	for (i = 0; i < c->n_models; i++) {
 		free(c->models[i].name);
 		free(c->models[i].path);
@@ -302,6 +304,25 @@ apply_line(struct config_line *l, struct phased_config *c, char **cause)
 			    l->file, l->line, l->words[1]);
 			return (-1);
 		}
+	} else if (strcmp(k, "policy-isolation") == 0) {
+		if (strcmp(l->words[1], "yes") == 0)
+			c->policy_isolation = 1;
+		else if (strcmp(l->words[1], "no") == 0)
+			c->policy_isolation = 0;
+		else {
+			set_cause(cause, "%s:%d: policy-isolation '%s' is not "
+			    "yes or no", l->file, l->line, l->words[1]);
+			return (-1);
+		}
+	} else if (strcmp(k, "policy-deadline") == 0)
+		return (set_u32(l, &c->policy_deadline_ms, 0, 1000, 0, cause));
+	else if (strcmp(k, "policy-host") == 0) {
+		if (l->words[1][0] != '/') {
+			set_cause(cause, "%s:%d: policy-host must be an "
+			    "absolute path", l->file, l->line);
+			return (-1);
+		}
+		set_str(&c->policy_host, l->words[1]);
 	} else if (strcmp(k, "max-output-buffer") == 0) {
 		if (parse_size(l->words[1], &v, &why) != 0) {
 			set_cause(cause, "%s:%d: %s", l->file, l->line, why);

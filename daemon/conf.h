@@ -33,6 +33,9 @@ struct phased_config {
 	int		 threads;	/* default threads per model, 0 = cores */
 	int		 bf16_dot;	/* F16/BF16 weights may use bf16 dot products */
 	char		*default_policy;
+	int		 policy_isolation; /* policies in host processes */
+	uint32_t	 policy_deadline_ms; /* 0: automatic */
+	char		*policy_host;	/* NULL: found next to phased */
 	struct config_model *models;
 	int		 n_models;
 };

@@ -35,6 +35,9 @@ struct engine_config {
 	uint32_t		 max_seqs;
 	uint32_t		 max_waiting;
 	uint32_t		 ctx;		/* positions per sequence */
+	int			 policy_isolate; /* policy in a host process */
+	const char		*policy_host;	/* phased-policy-host */
+	uint32_t		 policy_deadline_ms; /* per call; 0: automatic */
 };
 
 /* What a generation asks for (the engine copies it). */
@@ -110,6 +113,8 @@ struct engine_policy_info {
 	char		 ejected[320];
 };
 void		 engine_policy_info(struct engine *, struct engine_policy_info *);
+/* Round-trip percentiles (ns) of the calls into the policy. */
+void		 engine_policy_rtt(struct engine *, uint64_t *p50, uint64_t *p99);
 
 /* Live counts, for models and status. */
 struct engine_counts {

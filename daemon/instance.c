@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,10 +242,13 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 				    xstrdup(argv[i] + 7);
 		} else if (strcmp(k, "groups") == 0)
 			rc = parse_groups(v, o, cause);
+		else if (strcmp(k, "policy-deadline") == 0)
+			rc = opt_u32(k, v, 1, 1000, &o->policy_deadline_ms,
+			    cause);
 		else {
 			set_cause(cause, "unknown option '%s' (ctx, threads, kv, "
 			    "kv-tokens, block-size, max-batch-tokens, max-seqs, "
-			    "policy, policy.KEY, groups)", k);
+			    "policy, policy.KEY, policy-deadline, groups)", k);
 			rc = -1;
 		}
 		free(key);
@@ -333,6 +337,41 @@ load_stream_cancel(struct stream *s, const char *why)
 	stream_free(s);
 }
 
+/*
+ * The policy host program: policy-host from phased.conf, else the installed
+ * one in libexecdir, else one next to the phased executable (a build tree,
+ * where libtool may put the real executable one folder down in .libs).
+ */
+const char *
+instance_policy_host(void)
+{
+	static char	 found[PATH_MAX + 32];
+	char		 exe[PATH_MAX], *slash;
+	ssize_t		 n;
+	int		 up;
+
+	if (phased->conf.policy_host != NULL)
+		return (phased->conf.policy_host);
+	if (found[0] != '\0')
+		return (found);
+	snprintf(found, sizeof found, "%s/phased-policy-host",
+	    PHASED_LIBEXECDIR);
+	if ((n = readlink("/proc/self/exe", exe, sizeof exe - 1)) <= 0)
+		return (found);
+	exe[n] = '\0';
+	for (up = 0; up < 2; up++) {
+		if ((slash = strrchr(exe, '/')) == NULL)
+			break;
+		*slash = '\0';
+		snprintf(found, sizeof found, "%s/phased-policy-host", exe);
+		if (access(found, X_OK) == 0)
+			return (found);
+	}
+	snprintf(found, sizeof found, "%s/phased-policy-host",
+	    PHASED_LIBEXECDIR);
+	return (found);
+}
+
 /* Fill the engine's configuration from the instance's options. */
 static void
 engine_config_of(struct instance *in, struct engine_config *ec)
@@ -363,6 +402,10 @@ engine_config_of(struct instance *in, struct engine_config *ec)
 		ec->n_groups = in->opts.n_groups;
 		memcpy(ec->groups, in->opts.groups, sizeof ec->groups);
 	}
+	ec->policy_isolate = phased->conf.policy_isolation;
+	ec->policy_host = instance_policy_host();
+	ec->policy_deadline_ms = in->opts.policy_deadline_ms != 0 ?
+	    in->opts.policy_deadline_ms : phased->conf.policy_deadline_ms;
 }
 
 /* Start the engine and policy of a loaded model. */

@@ -31,6 +31,7 @@ struct inst_opts {
 	int		 n_policy_params;
 	struct engine_group_spec groups[ENGINE_MAX_GROUPS];
 	int		 n_groups;	/* 0: one mixed group */
+	uint32_t	 policy_deadline_ms; /* 0: phased.conf's */
 };
 
 enum inst_state {
@@ -39,6 +40,9 @@ enum inst_state {
 };
 
 TAILQ_HEAD(gen_list, gen);
+
+/* Path of phased-policy-host. */
+const char	*instance_policy_host(void);
 
 struct instance {
 	TAILQ_ENTRY(instance)	 entry;

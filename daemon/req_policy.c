@@ -8,7 +8,7 @@
 #include "instance.h"
 #include "log.h"
 #include "phased.h"
-#include "policy_host.h"
+#include "policy_guard.h"
 #include "req.h"
 #include "util.h"
 
@@ -23,7 +23,10 @@ req_policy_list(struct conn *c, Phased__Request *req)
 	size_t			  n, i;
 	char			 *cause = NULL;
 
-	if (policy_list(phased->conf.plugin_dir, &list, &n, &cause) != 0) {
+	/* Loading runs a plugin's constructors: do it in a policy host. */
+	if ((phased->conf.policy_isolation ? pguard_list(instance_policy_host(),
+	    phased->conf.plugin_dir, &list, &n, &cause) :
+	    policy_list(phased->conf.plugin_dir, &list, &n, &cause)) != 0) {
 		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_NOT_FOUND,
 		    "%s", cause);
 		free(cause);
