@@ -162,6 +162,26 @@ conn_free(struct conn *c, const char *why)
 	free(c);
 }
 
+/*
+ * End every open stream with a final Error for its id (at shutdown), then
+ * stop what produces its events; later events are dropped.
+ */
+void
+conn_end_streams(struct conn *c, const char *why)
+{
+	struct stream	*s;
+
+	while ((s = TAILQ_FIRST(&c->streams)) != NULL) {
+		conn_send_error(c, s->req_id,
+		    PHASED__ERROR_CODE__ERR_SHUTTING_DOWN, "%s", why);
+		TAILQ_REMOVE(&c->streams, s, entry);
+		c->n_streams--;
+		s->conn = NULL;
+		if (s->cancel != NULL)
+			s->cancel(s, why);
+	}
+}
+
 /* Free a dropped connection from the event loop, if it still exists. */
 static void
 conn_reap_cb(evutil_socket_t fd, short ev, void *arg)

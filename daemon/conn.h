@@ -58,6 +58,8 @@ void	conn_send_ok(struct conn *, uint64_t id, const char *msg);
 int	conn_alive(uint64_t serial);
 /* Close after the queued output is written (or at once if none). */
 void	conn_close_after_flush(struct conn *);
+/* End every open stream with a final Error for its id. */
+void	conn_end_streams(struct conn *, const char *why);
 /* Close now, cancelling every open stream. */
 void	conn_free(struct conn *, const char *why);
 

@@ -145,6 +145,7 @@ daemon_shutdown(const char *why)
 	for (c = TAILQ_FIRST(&phased->conns); c != NULL; c = next) {
 		next = TAILQ_NEXT(c, entry);
 		conn_send(c, &r);
+		conn_end_streams(c, "daemon is shutting down");
 		conn_close_after_flush(c);
 	}
 	phased->ev_shutdown = event_new(phased->base, -1, EV_PERSIST,
