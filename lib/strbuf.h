@@ -52,5 +52,9 @@ void	 strbuf_json_double(struct strbuf *, double);
  * past U+10FFFF).  *cp receives the code point.
  */
 size_t	 utf8_valid_len(const unsigned char *s, size_t n, unsigned int *cp);
+/* Offset of the first byte of s[0..n) that is not valid UTF-8, or -1. */
+size_t	 utf8_first_invalid(const char *s, size_t n);
+/* A copy of s with each byte that is not valid UTF-8 written as \xNN. */
+char	*utf8_sanitize(const char *s);
 
 #endif
