@@ -443,6 +443,18 @@ conn_alive(uint64_t serial)
 	return (0);
 }
 
+/* The connection with this serial, or NULL when it is gone. */
+struct conn *
+conn_find(uint64_t serial)
+{
+	struct conn	*c;
+
+	TAILQ_FOREACH(c, &phased->conns, entry)
+		if (c->serial == serial && !c->dropped)
+			return (c);
+	return (NULL);
+}
+
 /* Frames arrived. */
 static void
 conn_read_cb(struct bufferevent *bev, void *arg)

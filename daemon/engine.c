@@ -1050,28 +1050,23 @@ engine_cancel(struct engine *e, uint64_t id, const char *why)
 	eunlock(e);
 }
 
-/*
- * Swap the policy at an iteration boundary; on error the old one stays.
- * The new policy is loaded (in its host) with no lock held, then staged:
- * the next iteration installs it and ends the old one.
- */
-int
-engine_set_policy(struct engine *e, const char *plugindir, const char *name,
-    size_t argc, char *const *argv, char **cause)
+/* The configuration policies of this engine are loaded with. */
+const struct pguard_conf *
+engine_policy_conf(struct engine *e)
 {
-	struct guarded	*pol = NULL, *old;
+	return (&e->policy.conf);
+}
+
+/*
+ * Make a loaded policy (NULL: the built-in fcfs) the one the next
+ * iteration uses; the old one is ended there.
+ */
+void
+engine_stage_policy(struct engine *e, struct guarded *pol)
+{
+	struct guarded	*old;
 	struct ereq	*r;
 
-	if (strcmp(name, POLICY_BUILTIN) == 0) {
-		if (argc != 0) {
-			set_cause(cause, "policy '%s': unknown parameter "
-			    "'%.*s' (this policy takes none)", name,
-			    (int)strcspn(argv[0], "="), argv[0]);
-			return (-1);
-		}
-	} else if ((pol = pguard_load(&e->policy, plugindir, name, argc, argv,
-	    cause)) == NULL)
-		return (-1);
 	elock(e);
 	old = pguard_stage(&e->policy, pol);
 	/* The new policy hears of every live request as it arrives. */
@@ -1081,6 +1076,29 @@ engine_set_policy(struct engine *e, const char *plugindir, const char *name,
 	pthread_cond_broadcast(&e->cv);
 	eunlock(e);
 	pguard_discard(old);
+}
+
+/*
+ * Swap the policy at an iteration boundary; on error the old one stays.
+ * The new policy is loaded (in its host) with no lock held, then staged.
+ */
+int
+engine_set_policy(struct engine *e, const char *plugindir, const char *name,
+    size_t argc, char *const *argv, char **cause)
+{
+	struct guarded	*pol = NULL;
+
+	if (strcmp(name, POLICY_BUILTIN) == 0) {
+		if (argc != 0) {
+			set_cause(cause, "policy '%s': unknown parameter "
+			    "'%.*s' (this policy takes none)", name,
+			    (int)strcspn(argv[0], "="), argv[0]);
+			return (-1);
+		}
+	} else if ((pol = pguard_load(&e->policy.conf, plugindir, name, argc,
+	    argv, cause)) == NULL)
+		return (-1);
+	engine_stage_policy(e, pol);
 	return (0);
 }
 

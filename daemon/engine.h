@@ -104,6 +104,13 @@ int		 engine_set_policy(struct engine *, const char *plugindir,
 		    const char *name, size_t argc, char *const *argv,
 		    char **cause);
 
+struct guarded;
+struct pguard_conf;
+/* The configuration policies of this engine are loaded with. */
+const struct pguard_conf *engine_policy_conf(struct engine *);
+/* Make a loaded policy (NULL: builtin) active from the next iteration. */
+void		 engine_stage_policy(struct engine *, struct guarded *);
+
 /* A copy of the policy's name, params and counters. */
 struct engine_policy_info {
 	char		 name[64];

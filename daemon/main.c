@@ -20,6 +20,7 @@
 #include "quant.h"
 #include "log.h"
 #include "phased.h"
+#include "req.h"
 #include "instance.h"
 #include "mailbox.h"
 #include "util.h"
@@ -289,6 +290,7 @@ main(int argc, char **argv)
 
 	while (!TAILQ_EMPTY(&d.conns))
 		conn_free(TAILQ_FIRST(&d.conns), "daemon exiting");
+	req_policy_wait();
 	instance_shutdown();
 	mailbox_free();
 	control_stop(&d);

@@ -316,8 +316,8 @@ pguard_free(struct policy_guard *g)
 
 /* Load and init a policy in a host, or in-process without isolation. */
 struct guarded *
-pguard_load(struct policy_guard *g, const char *plugindir, const char *name,
-    size_t argc, char *const *argv, char **cause)
+pguard_load(const struct pguard_conf *conf, const char *plugindir,
+    const char *name, size_t argc, char *const *argv, char **cause)
 {
 	struct guarded	*p;
 	char		 msg[POLICY_ERRLEN];
@@ -325,7 +325,7 @@ pguard_load(struct policy_guard *g, const char *plugindir, const char *name,
 
 	if (policy_name_valid(name, cause) != 0)
 		return (NULL);
-	if (!g->conf.isolate) {
+	if (!conf->isolate) {
 		struct policy *pol;
 
 		if ((pol = policy_open(plugindir, name, argc, argv,
@@ -339,7 +339,7 @@ pguard_load(struct policy_guard *g, const char *plugindir, const char *name,
 		p->params = join_params(argc, argv);
 		return (p);
 	}
-	if ((p = host_start(g->conf.host, plugindir, name, g->conf.cap,
+	if ((p = host_start(conf->host, plugindir, name, conf->cap,
 	    cause)) == NULL)
 		return (NULL);
 	for (i = 0; i < argc; i++) {

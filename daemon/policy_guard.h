@@ -79,7 +79,7 @@ void	 pguard_init(struct policy_guard *, const struct pguard_conf *);
 /* End the policies and free everything. */
 void	 pguard_free(struct policy_guard *);
 /* Load and init a policy (no lock held; may take up to the deadline). */
-struct guarded *pguard_load(struct policy_guard *, const char *plugindir,
+struct guarded *pguard_load(const struct pguard_conf *, const char *plugindir,
 	    const char *name, size_t argc, char *const *argv, char **cause);
 /* Stage a loaded policy (NULL: builtin); returns one it replaced. */
 struct guarded *pguard_stage(struct policy_guard *, struct guarded *);

@@ -97,6 +97,16 @@ ok(rc != 0 and "failed while loading" in err and "signal 31" in err,
    "a constructor that writes a file kills only its policy host", err)
 ok(not os.path.exists(evil_file), "the constructor could not create a file")
 ok(show(d, "a").get("policy") == "builtin", "the old policy stays active")
+# A constructor that never returns: the set fails at the load deadline,
+# and the control socket answers meanwhile (the load runs off its thread).
+ps = subprocess.Popen([PHASECTL, "-s", d.sock, "policy", "set", "a", "evil-hang"],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+rc, out, err = d.ctl("status")
+ok(rc == 0, "status answers while a plugin's constructor hangs", err)
+out, err = ps.communicate(timeout=60)
+ok(ps.returncode != 0 and b"timed out after 1000 ms" in err,
+   "a constructor that never returns is refused at the deadline", err)
+ok(show(d, "a").get("policy") == "builtin", "the old policy stays active")
 rc, out, err = d.ctl("policy", "list")
 ok(rc == 0 and "evil-ctor" in out and "evil-loop" in out,
    "policy list loads plugins in policy hosts", out + err)

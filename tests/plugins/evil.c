@@ -9,6 +9,7 @@
  *   EVIL_FORK     forks
  *   EVIL_OPEN     creates the file named by $PHASED_EVIL_FILE
  *   EVIL_CTOR     creates that file from a constructor, before any check
+ *   EVIL_HANG     never returns from its constructor
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -33,6 +34,16 @@ evil_touch(void)
 		close(fd);
 	}
 }
+
+#ifdef EVIL_HANG
+/* Runs when the object is loaded, and never ends. */
+static void __attribute__((constructor))
+evil_hang(void)
+{
+	for (;;)
+		__asm__ volatile("" ::: "memory");
+}
+#endif
 
 #ifdef EVIL_CTOR
 /* Runs when the object is loaded, before the daemon checks anything. */
