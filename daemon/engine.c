@@ -878,7 +878,7 @@ engine_create(struct model *m, const struct engine_config *conf,
 	pc.isolate = conf->policy_isolate;
 	pc.host = conf->policy_host;
 	pc.deadline_ms = conf->policy_deadline_ms;
-	pc.cap = (uint32_t)conf->max_waiting + conf->max_seqs * 2 + 16;
+	pc.cap = engine_policy_cap(conf);
 	pguard_init(&e->policy, &pc);
 	memset(&mc, 0, sizeof mc);
 	inst_metrics_init(&e->metrics, e->name, now_ns(), &mc);
@@ -1048,6 +1048,13 @@ engine_cancel(struct engine *e, uint64_t id, const char *why)
 		pthread_cond_broadcast(&e->cv);
 	}
 	eunlock(e);
+}
+
+/* The view and plan capacity of an engine with this configuration. */
+uint32_t
+engine_policy_cap(const struct engine_config *conf)
+{
+	return ((uint32_t)conf->max_waiting + conf->max_seqs * 2 + 16);
 }
 
 /* The configuration policies of this engine are loaded with. */

@@ -108,6 +108,8 @@ struct guarded;
 struct pguard_conf;
 /* The configuration policies of this engine are loaded with. */
 const struct pguard_conf *engine_policy_conf(struct engine *);
+/* The view and plan capacity of an engine with this configuration. */
+uint32_t	 engine_policy_cap(const struct engine_config *);
 /* Make a loaded policy (NULL: builtin) active from the next iteration. */
 void		 engine_stage_policy(struct engine *, struct guarded *);
 

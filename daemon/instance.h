@@ -48,6 +48,8 @@ struct instance {
 	TAILQ_ENTRY(instance)	 entry;
 	char			*name;
 	char			*path;
+	char			*load_plugindir; /* copies for the loader */
+	char			*load_policy;
 	enum inst_state		 state;
 	struct inst_opts	 opts;
 	struct model		*model;

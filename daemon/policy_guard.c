@@ -390,6 +390,7 @@ pguard_stage(struct policy_guard *g, struct guarded *p)
 	old = g->pending;
 	g->pending = p;
 	g->pending_set = 1;
+	g->ejected[0] = '\0';
 	g->gen++;
 	g->n_evq = 0;
 	g->swaps++;
@@ -635,7 +636,6 @@ pguard_schedule(struct policy_guard *g, const struct phased_view *v,
 		g->pending = NULL;
 		g->pending_set = 0;
 		g->consecutive = 0;
-		g->ejected[0] = '\0';
 	}
 	pol = g->active;
 	pthread_mutex_unlock(&g->mu);
