@@ -19,7 +19,7 @@ from phasedtest import *  # noqa: E402,F403
 
 MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
 GOLDEN = os.path.join(SHARED, "golden", "stories260K-once-upon-a-time.json")
-PLUGINS = os.path.join(BUILD, "tests", "plugins", ".libs")
+PLUGINS = os.path.join(BUILD, "tests", "plugins", "evil", ".libs")
 if not os.path.exists(MODEL):
     skip_all("no %s" % MODEL)
 if not os.path.exists(os.path.join(BUILD, "phased-policy-host")):
