@@ -473,7 +473,8 @@ ship_events(struct guarded *p, const struct pchan_event *ev, size_t n,
 		*shipped += k;
 	}
 	k = n - *shipped;
-	memcpy(p->hdr->events, ev + *shipped, k * sizeof *ev);
+	if (k != 0)
+		memcpy(p->hdr->events, ev + *shipped, k * sizeof *ev);
 	p->hdr->n_events = (uint32_t)k;
 	*shipped += k;
 	return (0);

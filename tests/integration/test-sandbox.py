@@ -61,7 +61,8 @@ ok(rc == 0 and sum(m["state"] == "ready" for m in json.loads(out)) == 2,
 CASES = [
     ("evil-loop", "timed out after 1000 ms"),
     ("evil-sleep", "timed out after 1000 ms"),
-    ("evil-crash", "killed by signal 11"),
+    # SIGSEGV; a sanitizer build's crash handler dies on the filter instead
+    ("evil-crash", "killed by signal"),
     ("evil-overrun", "killed by signal"),
     ("evil-view", "invalid plans in a row"),
     ("evil-fork", "killed by signal 31 (a forbidden system call)"),
