@@ -49,6 +49,7 @@ config_defaults(struct phased_config *c)
 	c->default_policy = xstrdup("fcfs");
 	c->http_max_body = 8U << 20;
 	c->http_timeout = 30;
+	c->policy_isolation = 1;
 }
 
 /* Free everything a configuration holds. */
@@ -67,6 +68,7 @@ config_free(struct phased_config *c)
 	free(c->http_socket);
 	free(c->http_listen);
 	free(c->http_api_key);
+	free(c->policy_host);
 	for (i = 0; i < c->n_models; i++) {
 		free(c->models[i].name);
 		free(c->models[i].path);
@@ -360,6 +362,10 @@ static const struct conf_key conf_keys[] = {
 	CK_NUM("http-timeout", http_timeout, 1, 3600, 0),
 	CK_NUM("http-max-body", http_max_body, 1024, 1ULL << 30, 1),
 	CK_NUM("model-memory-limit", model_memory_limit, 0, UINT64_MAX, 1),
+	{ "policy-isolation", conf_yesno,
+	    offsetof(struct phased_config, policy_isolation), 0, 0, 0, 0, 0, 0 },
+	CK_NUM("policy-deadline", policy_deadline_ms, 0, 1000, 0),
+	CK_PATH("policy-host", policy_host, 0),
 };
 
 /* A model line: name, path and key=value options. */

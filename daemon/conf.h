@@ -39,6 +39,9 @@ struct phased_config {
 	uint64_t	 http_max_body;
 	uint32_t	 http_timeout;	/* seconds a client may stall */
 	uint64_t	 model_memory_limit; /* 0: none */
+	int		 policy_isolation; /* policies in host processes */
+	uint32_t	 policy_deadline_ms; /* 0: automatic */
+	char		*policy_host;	/* NULL: found next to phased */
 	struct config_model *models;
 	int		 n_models;
 };

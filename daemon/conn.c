@@ -21,6 +21,7 @@
 #include "log.h"
 #include "phased.h"
 #include "req.h"
+#include "strbuf.h"
 #include "util.h"
 
 /* Input processing pauses while this much output is queued. */
@@ -70,10 +71,44 @@ conn_peer_admin(uid_t uid, gid_t gid)
 	return (peer_is_admin(uid, gid));
 }
 
-/* Send a frame with an error and close, for connections refused at accept. */
+/* Refused connections draining before their close, at most this many. */
+#define REFUSED_MAX		64
+/* How long a refused connection may drain. */
+#define REFUSED_LINGER_MS	1000
+
+static int	n_refused;
+
+/* Read and drop what a refused client sent; close at EOF or the timeout. */
+static void
+refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct event	*ev = arg;
+	char		 buf[4096];
+	ssize_t		 n;
+
+	if (what & EV_READ) {
+		while ((n = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+			;
+		if (n == -1 && (errno == EAGAIN || errno == EINTR))
+			return;
+	}
+	event_free(ev);
+	close(fd);
+	n_refused--;
+}
+
+/*
+ * Send a frame with an error and close, for connections refused at accept.
+ * Closing a socket whose client data is still unread makes the client see
+ * a reset instead of the frame, so the write side is shut and what the
+ * client sent is drained for a moment first.
+ */
 static void
 refuse(int fd, Phased__ErrorCode code, const char *msg)
 {
+	struct timeval	 tv = { REFUSED_LINGER_MS / 1000,
+	    (REFUSED_LINGER_MS % 1000) * 1000 };
+	struct event	*ev;
 	Phased__Response	 r = PHASED__RESPONSE__INIT;
 	Phased__Error		 e = PHASED__ERROR__INIT;
 	uint8_t			 buf[512];
@@ -91,7 +126,14 @@ refuse(int fd, Phased__ErrorCode code, const char *msg)
 		phased__response__pack(&r, buf + 4);
 		(void)send(fd, buf, len + 4, MSG_NOSIGNAL | MSG_DONTWAIT);
 	}
-	close(fd);
+	shutdown(fd, SHUT_WR);
+	if (n_refused >= REFUSED_MAX || (ev = event_new(phased->base, fd,
+	    EV_READ | EV_PERSIST, refused_cb, event_self_cbarg())) == NULL) {
+		close(fd);
+		return;
+	}
+	n_refused++;
+	event_add(ev, &tv);
 }
 
 /* Accept a new client on fd. */
@@ -167,6 +209,26 @@ conn_free(struct conn *c, const char *why)
 	phased->n_conns--;
 	bufferevent_free(c->bev);
 	free(c);
+}
+
+/*
+ * End every open stream with a final Error for its id (at shutdown), then
+ * stop what produces its events; later events are dropped.
+ */
+void
+conn_end_streams(struct conn *c, const char *why)
+{
+	struct stream	*s;
+
+	while ((s = TAILQ_FIRST(&c->streams)) != NULL) {
+		conn_send_error(c, s->req_id,
+		    PHASED__ERROR_CODE__ERR_SHUTTING_DOWN, "%s", why);
+		TAILQ_REMOVE(&c->streams, s, entry);
+		c->n_streams--;
+		s->conn = NULL;
+		if (s->cancel != NULL)
+			s->cancel(s, why);
+	}
 }
 
 /* Free a dropped connection from the event loop, if it still exists. */
@@ -270,6 +332,13 @@ conn_send_error(struct conn *c, uint64_t id, Phased__ErrorCode code,
 		fatal("vasprintf");
 	va_end(ap);
 	e.code = code;
+	/* Messages quote client input: keep them valid UTF-8. */
+	if (utf8_first_invalid(msg, strlen(msg)) != (size_t)-1) {
+		char *clean = utf8_sanitize(msg);
+
+		free(msg);
+		msg = clean;
+	}
 	e.message = msg;
 	r.id = id;
 	r.body_case = PHASED__RESPONSE__BODY_ERROR;
@@ -379,6 +448,18 @@ conn_alive(uint64_t serial)
 		if (c->serial == serial)
 			return (1);
 	return (0);
+}
+
+/* The connection with this serial, or NULL when it is gone. */
+struct conn *
+conn_find(uint64_t serial)
+{
+	struct conn	*c;
+
+	TAILQ_FOREACH(c, &phased->conns, entry)
+		if (c->serial == serial && !c->dropped)
+			return (c);
+	return (NULL);
 }
 
 /* Frames arrived. */

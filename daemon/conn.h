@@ -58,8 +58,12 @@ void	conn_send_error(struct conn *, uint64_t id, Phased__ErrorCode,
 void	conn_send_ok(struct conn *, uint64_t id, const char *msg);
 /* Whether the connection with this serial still exists. */
 int	conn_alive(uint64_t serial);
+/* The connection with this serial, or NULL when it is gone. */
+struct conn *conn_find(uint64_t serial);
 /* Close after the queued output is written (or at once if none). */
 void	conn_close_after_flush(struct conn *);
+/* End every open stream with a final Error for its id. */
+void	conn_end_streams(struct conn *, const char *why);
 /* Close now, cancelling every open stream. */
 void	conn_free(struct conn *, const char *why);
 

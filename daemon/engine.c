@@ -26,7 +26,7 @@
 #include "kvcache.h"
 #include "log.h"
 #include "model.h"
-#include "policy_host.h"
+#include "policy_guard.h"
 #include "tokenizer.h"
 #include "trace.h"
 #include "util.h"
@@ -80,6 +80,7 @@ struct egroup {
 	uint64_t		 iteration;
 	struct phased_iter_stat	 hist[ENGINE_HIST];
 	uint32_t		 n_hist;
+	struct phased_group	 vgroups[ENGINE_MAX_GROUPS]; /* this loop's view */
 	/* Per-iteration scratch, sized for the engine's limits. */
 	struct phased_request	*vreqs;
 	struct phased_plan_entry *pentries;
@@ -108,7 +109,7 @@ struct engine {
 	uint64_t		 next_id;
 	int			 stopping;
 	char			*stop_why;
-	struct policy_slot	 policy;
+	struct policy_guard	 policy;
 	engine_emit_fn		 emit;
 	void			*emit_arg;
 	uint32_t		 n_vocab;
@@ -197,7 +198,7 @@ finish(struct engine *e, struct ereq *r, enum finish_reason reason,
 	r->state = PHASED_REQ_FINISHED;
 	if (r->announced) {
 		view_request(r, &vr);
-		policy_slot_finish(&e->policy, &vr);
+		pguard_event(&e->policy, PCHAN_EV_FINISH, &vr);
 	}
 	reqtime_finish(&r->timing, now);
 	inst_metrics_finished(&e->metrics, &r->timing, reason);
@@ -286,9 +287,11 @@ build_view(struct engine *e, struct egroup *g, struct phased_view *v)
 	uint32_t	 n = 0;
 	int		 i;
 
+	/* Per loop: the view is read unlocked while the policy plans. */
 	for (i = 0; i < e->n_groups; i++) {
-		e->vgroups[i].free_blocks = kv_pool_free_blocks(e->groups[i].pool);
-		e->vgroups[i].total_blocks = e->groups[i].pool->n_blocks;
+		g->vgroups[i] = e->vgroups[i];
+		g->vgroups[i].free_blocks = kv_pool_free_blocks(e->groups[i].pool);
+		g->vgroups[i].total_blocks = e->groups[i].pool->n_blocks;
 	}
 	TAILQ_FOREACH(r, &e->reqs, entry) {
 		/* A request another loop is computing is not ours to plan. */
@@ -301,7 +304,7 @@ build_view(struct engine *e, struct egroup *g, struct phased_view *v)
 	memset(v, 0, sizeof *v);
 	v->group = (uint32_t)g->index;
 	v->n_groups = (uint32_t)e->n_groups;
-	v->groups = e->vgroups;
+	v->groups = g->vgroups;
 	v->max_batch_tokens = e->conf.max_batch_tokens;
 	v->max_seqs = e->conf.max_seqs;
 	v->block_size = g->pool->layout.block_size;
@@ -576,7 +579,7 @@ announce(struct engine *e)
 			continue;
 		r->announced = 1;
 		view_request(r, &vr);
-		policy_slot_arrival(&e->policy, &vr);
+		pguard_event(&e->policy, PCHAN_EV_ARRIVAL, &vr);
 	}
 }
 
@@ -589,6 +592,7 @@ record_iteration(struct engine *e, struct egroup *g, uint64_t start,
 	struct phased_iter_stat	*h;
 	struct iter_sample	 s;
 	struct trace_iter	 ti;
+	struct pguard_stats	 ps;
 
 	if (g->n_hist == ENGINE_HIST) {
 		memmove(g->hist, g->hist + 1, (ENGINE_HIST - 1) * sizeof *g->hist);
@@ -616,8 +620,9 @@ record_iteration(struct engine *e, struct egroup *g, uint64_t start,
 		ti.decode_tokens = decode;
 		ti.nreqs = (uint32_t)nseqs;
 		ti.group = g->index;
-		snprintf(ti.policy, sizeof ti.policy, "%s",
-		    policy_slot_name(&e->policy));
+		pguard_stats(&e->policy, &ps);
+		snprintf(ti.policy, sizeof ti.policy, "%.*s",
+		    (int)sizeof ti.policy - 1, ps.name);
 		trace_append(&e->trace, &ti);
 	}
 }
@@ -649,7 +654,10 @@ group_main(void *arg)
 	uint64_t		 start, end;
 	uint32_t		 prefill, decode;
 	int			 nb, i, nout, moved;
-	size_t			 ngaps;
+	size_t			 ngaps, nev;
+	struct pchan_event	*evs;
+	enum pguard_outcome	 po;
+	uint64_t		 gen;
 	char			*cause = NULL;
 
 	memset(&p, 0, sizeof p);
@@ -671,7 +679,16 @@ group_main(void *arg)
 		refuse_oversized(e, g);
 		announce(e);
 		build_view(e, g, &v);
-		policy_slot_schedule(&e->policy, &v, &p);
+		/* The policy plans without the engine lock held. */
+		gen = pguard_take(&e->policy, &evs, &nev);
+		eunlock(e);
+		po = pguard_schedule(&e->policy, &v, &p, evs, nev, gen);
+		free(evs);
+		elock(e);
+		if (po == PGUARD_INVALID || po == PGUARD_EJECTED)
+			inst_metrics_count(&e->metrics, CNT_PLAN_ERRORS, 1);
+		if (po == PGUARD_EJECTED)
+			inst_metrics_count(&e->metrics, CNT_POLICY_EJECTIONS, 1);
 		moved = apply_moves(e, g, &p);
 		start = now_ns();
 		nb = build_batch(e, g, &p, start, &prefill, &decode);
@@ -795,6 +812,7 @@ engine_create(struct model *m, const struct engine_config *conf,
 {
 	struct engine			*e;
 	struct inst_metrics_config	 mc;
+	struct pguard_conf		 pc;
 	const char			*backend;
 	int				 i;
 
@@ -810,7 +828,12 @@ engine_create(struct model *m, const struct engine_config *conf,
 	e->n_vocab = model_info(m)->n_vocab;
 	e->next_id = 1;
 	TAILQ_INIT(&e->reqs);
-	policy_slot_init(&e->policy);
+	memset(&pc, 0, sizeof pc);
+	pc.isolate = conf->policy_isolate;
+	pc.host = conf->policy_host;
+	pc.deadline_ms = conf->policy_deadline_ms;
+	pc.cap = engine_policy_cap(conf);
+	pguard_init(&e->policy, &pc);
 	memset(&mc, 0, sizeof mc);
 	inst_metrics_init(&e->metrics, e->name, now_ns(), &mc);
 	if (trace_init(&e->trace, 1U << 16, cause) != 0)
@@ -871,7 +894,7 @@ engine_destroy(struct engine *e, const char *why)
 	eunlock(e);
 	for (i = 0; i < ENGINE_MAX_GROUPS; i++)
 		group_teardown(e, &e->groups[i]);
-	policy_slot_free(&e->policy);
+	pguard_free(&e->policy);
 	inst_metrics_free(&e->metrics);
 	trace_free(&e->trace);
 	pthread_cond_destroy(&e->cv);
@@ -991,48 +1014,88 @@ engine_cancel(struct engine *e, uint64_t id, const char *why)
 	eunlock(e);
 }
 
-/* Swap the policy at an iteration boundary; on error the old one stays. */
+/* The view and plan capacity of an engine with this configuration. */
+uint32_t
+engine_policy_cap(const struct engine_config *conf)
+{
+	return ((uint32_t)conf->max_waiting + conf->max_seqs * 2 + 16);
+}
+
+/* The configuration policies of this engine are loaded with. */
+const struct pguard_conf *
+engine_policy_conf(struct engine *e)
+{
+	return (&e->policy.conf);
+}
+
+/*
+ * Make a loaded policy (NULL: the built-in fcfs) the one the next
+ * iteration uses; the old one is ended there.
+ */
+void
+engine_stage_policy(struct engine *e, struct guarded *pol)
+{
+	struct guarded	*old;
+	struct ereq	*r;
+
+	elock(e);
+	old = pguard_stage(&e->policy, pol);
+	/* The new policy hears of every live request as it arrives. */
+	TAILQ_FOREACH(r, &e->reqs, entry)
+		r->announced = 0;
+	inst_metrics_count(&e->metrics, CNT_POLICY_SWAPS, 1);
+	pthread_cond_broadcast(&e->cv);
+	eunlock(e);
+	pguard_discard(old);
+}
+
+/*
+ * Swap the policy at an iteration boundary; on error the old one stays.
+ * The new policy is loaded (in its host) with no lock held, then staged.
+ */
 int
 engine_set_policy(struct engine *e, const char *plugindir, const char *name,
     size_t argc, char *const *argv, char **cause)
 {
-	int	rc;
+	struct guarded	*pol = NULL;
 
-	/* The loops plan under the lock: holding it is a pause barrier. */
-	elock(e);
-	rc = policy_slot_set(&e->policy, plugindir, name, argc, argv, cause);
-	if (rc == 0) {
-		struct ereq *r;
-
-		/* The new policy hears of every live request as it arrives. */
-		TAILQ_FOREACH(r, &e->reqs, entry)
-			r->announced = 0;
-		inst_metrics_count(&e->metrics, CNT_POLICY_SWAPS, 1);
-		pthread_cond_broadcast(&e->cv);
-	}
-	eunlock(e);
-	return (rc);
+	if (strcmp(name, POLICY_BUILTIN) == 0) {
+		if (argc != 0) {
+			set_cause(cause, "policy '%s': unknown parameter "
+			    "'%.*s' (this policy takes none)", name,
+			    (int)strcspn(argv[0], "="), argv[0]);
+			return (-1);
+		}
+	} else if ((pol = pguard_load(&e->policy.conf, plugindir, name, argc,
+	    argv, cause)) == NULL)
+		return (-1);
+	engine_stage_policy(e, pol);
+	return (0);
 }
 
-/* A copy of the policy's name, params and counters. */
+/* A copy of the policy's name, params and counters (never waits on it). */
 void
 engine_policy_info(struct engine *e, struct engine_policy_info *pi)
 {
-	elock(e);
+	struct pguard_stats	ps;
+
+	pguard_stats(&e->policy, &ps);
 	memset(pi, 0, sizeof *pi);
-	snprintf(pi->name, sizeof pi->name, "%s", policy_slot_name(&e->policy));
-	snprintf(pi->params, sizeof pi->params, "%s",
-	    policy_slot_params(&e->policy));
-	pi->plans = e->policy.plans;
-	pi->plan_errors = e->policy.plan_errors;
-	pi->swaps = e->policy.swaps;
-	pi->fallbacks = e->policy.fallbacks;
-	snprintf(pi->last_error, sizeof pi->last_error, "%s",
-	    e->policy.last_error);
-	if (e->policy.ejected != NULL)
-		snprintf(pi->ejected, sizeof pi->ejected, "%s",
-		    e->policy.ejected);
-	eunlock(e);
+	snprintf(pi->name, sizeof pi->name, "%s", ps.name);
+	snprintf(pi->params, sizeof pi->params, "%s", ps.params);
+	pi->plans = ps.plans;
+	pi->plan_errors = ps.plan_errors;
+	pi->swaps = ps.swaps;
+	pi->fallbacks = ps.fallbacks;
+	snprintf(pi->last_error, sizeof pi->last_error, "%s", ps.last_error);
+	snprintf(pi->ejected, sizeof pi->ejected, "%s", ps.ejected);
+}
+
+/* Round-trip percentiles of the policy calls, in ns. */
+void
+engine_policy_rtt(struct engine *e, uint64_t *p50, uint64_t *p99)
+{
+	pguard_rtt(&e->policy, p50, p99);
 }
 
 /* Live counts, for models and status. */

@@ -38,6 +38,9 @@ struct engine_config {
 	uint32_t		 max_seqs;
 	uint32_t		 max_waiting;
 	uint32_t		 ctx;		/* positions per sequence */
+	int			 policy_isolate; /* policy in a host process */
+	const char		*policy_host;	/* phased-policy-host */
+	uint32_t		 policy_deadline_ms; /* per call; 0: automatic */
 };
 
 /* What a generation asks for (the engine copies it). */
@@ -122,6 +125,15 @@ int		 engine_set_policy(struct engine *, const char *plugindir,
 		    const char *name, size_t argc, char *const *argv,
 		    char **cause);
 
+struct guarded;
+struct pguard_conf;
+/* The configuration policies of this engine are loaded with. */
+const struct pguard_conf *engine_policy_conf(struct engine *);
+/* The view and plan capacity of an engine with this configuration. */
+uint32_t	 engine_policy_cap(const struct engine_config *);
+/* Make a loaded policy (NULL: builtin) active from the next iteration. */
+void		 engine_stage_policy(struct engine *, struct guarded *);
+
 /* A copy of the policy's name, params and counters. */
 struct engine_policy_info {
 	char		 name[64];
@@ -131,6 +143,8 @@ struct engine_policy_info {
 	char		 ejected[320];
 };
 void		 engine_policy_info(struct engine *, struct engine_policy_info *);
+/* Round-trip percentiles (ns) of the calls into the policy. */
+void		 engine_policy_rtt(struct engine *, uint64_t *p50, uint64_t *p99);
 
 /* Live counts, for models and status. */
 struct engine_counts {

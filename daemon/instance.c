@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "mailbox.h"
 #include "model.h"
 #include "phased.h"
+#include "policy_guard.h"
 #include "util.h"
 
 #define INST_CTX_DEFAULT_MAX	4096	/* ctx when not given: the model's, capped */
@@ -43,6 +45,9 @@ struct load_msg {
 	struct model	*model;
 	char		*cause;
 	char		*chat_template;	/* the GGUF's, NULL if none */
+	struct guarded	*pol;		/* the policy, loaded in its host */
+	char		*pol_name;	/* NULL: not loaded here */
+	char		*pol_cause;
 };
 
 /* Parse a GPU such as "cuda0" into spec: one device per group. */
@@ -268,11 +273,14 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 				    "start", v);
 				rc = -1;
 			}
-		} else {
+		} else if (strcmp(k, "policy-deadline") == 0)
+			rc = opt_u32(k, v, 1, 1000, &o->policy_deadline_ms,
+			    cause);
+		else {
 			set_cause(cause, "unknown option '%s' (ctx, threads, kv, "
 			    "kv-tokens, block-size, max-batch-tokens, max-seqs, "
-			    "policy, policy.KEY, groups, template, keep-alive, "
-			    "load)", k);
+			    "policy, policy.KEY, policy-deadline, groups, "
+			    "template, keep-alive, load)", k);
 			rc = -1;
 		}
 		free(key);
@@ -381,6 +389,8 @@ instance_free(struct instance *in)
 	inst_opts_free(&in->opts);
 	free(in->name);
 	free(in->path);
+	free(in->load_plugindir);
+	free(in->load_policy);
 	free(in);
 }
 
@@ -413,11 +423,47 @@ load_stream_cancel(struct stream *s, const char *why)
 	stream_free(s);
 }
 
+/*
+ * The policy host program: policy-host from phased.conf, else the installed
+ * one in libexecdir, else one next to the phased executable (a build tree,
+ * where libtool may put the real executable one folder down in .libs).
+ */
+const char *
+instance_policy_host(void)
+{
+	static char	 found[PATH_MAX + 32];
+	char		 exe[PATH_MAX], *slash;
+	ssize_t		 n;
+	int		 up;
+
+	if (phased->conf.policy_host != NULL)
+		return (phased->conf.policy_host);
+	if (found[0] != '\0')
+		return (found);
+	snprintf(found, sizeof found, "%s/phased-policy-host",
+	    PHASED_LIBEXECDIR);
+	if ((n = readlink("/proc/self/exe", exe, sizeof exe - 1)) <= 0)
+		return (found);
+	exe[n] = '\0';
+	for (up = 0; up < 2; up++) {
+		if ((slash = strrchr(exe, '/')) == NULL)
+			break;
+		*slash = '\0';
+		snprintf(found, sizeof found, "%s/phased-policy-host", exe);
+		if (access(found, X_OK) == 0)
+			return (found);
+	}
+	snprintf(found, sizeof found, "%s/phased-policy-host",
+	    PHASED_LIBEXECDIR);
+	return (found);
+}
+
 /* Fill the engine's configuration from the instance's options. */
 static void
-engine_config_of(struct instance *in, struct engine_config *ec)
+engine_config_of(struct instance *in, struct model *m,
+    struct engine_config *ec)
 {
-	const struct model_info	*mi = model_info(in->model);
+	const struct model_info	*mi = model_info(m);
 	uint64_t		 kv_tokens;
 	uint32_t		 bs = mi->kv.block_size;
 
@@ -443,31 +489,64 @@ engine_config_of(struct instance *in, struct engine_config *ec)
 		ec->n_groups = in->opts.n_groups;
 		memcpy(ec->groups, in->opts.groups, sizeof ec->groups);
 	}
+	ec->policy_isolate = phased->conf.policy_isolation;
+	ec->policy_host = instance_policy_host();
+	ec->policy_deadline_ms = in->opts.policy_deadline_ms != 0 ?
+	    in->opts.policy_deadline_ms : phased->conf.policy_deadline_ms;
 }
 
-/* Start the engine and policy of a loaded model. */
+/* Free a final load message and what it still holds. */
+static void
+load_msg_free(struct load_msg *lm)
+{
+	pguard_discard(lm->pol);
+	free(lm->pol_name);
+	free(lm->pol_cause);
+	free(lm->cause);
+	free(lm->chat_template);
+	free(lm);
+}
+
+/* The policy a model starts with: its option, else the default. */
+static const char *
+start_policy(struct instance *in, const struct engine_config *ec)
+{
+	int	i, prefill = 0, decode = 0;
+
+	for (i = 0; i < ec->n_groups; i++) {
+		prefill += ec->groups[i].role == PHASED_ROLE_PREFILL;
+		decode += ec->groups[i].role == PHASED_ROLE_DECODE;
+	}
+	if (in->opts.policy != NULL)
+		return (in->opts.policy);
+	return (prefill > 0 && decode > 0 ? "disaggregated" : in->load_policy);
+}
+
+/*
+ * Start the engine and policy of a loaded model.  The loader thread has
+ * loaded the policy in its host already, so no plugin runs here.
+ */
 static int
-instance_start(struct instance *in, char **cause)
+instance_start(struct instance *in, struct load_msg *lm, char **cause)
 {
 	struct engine_config	 ec;
-	const char		*policy;
-	int			 i, prefill = 0, decode = 0;
 
-	engine_config_of(in, &ec);
+	engine_config_of(in, in->model, &ec);
+	if (lm->pol_cause != NULL) {
+		set_cause(cause, "%s", lm->pol_cause);
+		return (-1);
+	}
 	if ((in->engine = engine_create(in->model, &ec, instance_engine_emit,
 	    in, cause)) == NULL)
 		return (-1);
-	for (i = 0; i < ec.n_groups; i++) {
-		prefill += ec.groups[i].role == PHASED_ROLE_PREFILL;
-		decode += ec.groups[i].role == PHASED_ROLE_DECODE;
+	if (lm->pol_name != NULL) {
+		engine_stage_policy(in->engine, lm->pol);
+		lm->pol = NULL;
+		return (0);
 	}
-	policy = in->opts.policy;
-	if (policy == NULL)
-		policy = prefill > 0 && decode > 0 ? "disaggregated" :
-		    phased->conf.default_policy;
-	if (engine_set_policy(in->engine, phased->conf.plugin_dir, policy,
-	    (size_t)in->opts.n_policy_params, in->opts.policy_params,
-	    cause) != 0) {
+	if (engine_set_policy(in->engine, in->load_plugindir,
+	    start_policy(in, &ec), (size_t)in->opts.n_policy_params,
+	    in->opts.policy_params, cause) != 0) {
 		engine_destroy(in->engine, "policy failed");
 		in->engine = NULL;
 		mailbox_drain();
@@ -502,7 +581,7 @@ load_deliver(struct mbox_msg *m)
 	in->model = lm->model;
 	if (in->model == NULL)
 		cause = lm->cause;
-	else if (instance_start(in, &cause) != 0)
+	else if (instance_start(in, lm, &cause) != 0)
 		;
 	else {
 		instance_chat_setup(in, lm->chat_template);
@@ -512,8 +591,7 @@ load_deliver(struct mbox_msg *m)
 		load_reply(in, NULL);
 		if (instance_load_hook != NULL)
 			instance_load_hook(in->name, NULL);
-		free(lm->chat_template);
-		free(lm);
+		load_msg_free(lm);
 		return;
 	}
 	log_warnx("model %s: %s", in->name, cause);
@@ -521,10 +599,10 @@ load_deliver(struct mbox_msg *m)
 	TAILQ_REMOVE(&instances, in, entry);
 	if (instance_load_hook != NULL)
 		instance_load_hook(in->name, cause);
-	free(cause);
+	if (cause != lm->cause)
+		free(cause);
 	instance_free(in);
-	free(lm->chat_template);
-	free(lm);
+	load_msg_free(lm);
 }
 
 /* Loader thread: report progress in steps of 2%. */
@@ -545,6 +623,29 @@ load_progress(void *arg, double fraction)
 	lm->inst = in;
 	lm->fraction = fraction;
 	mailbox_post(&lm->m);
+}
+
+/* In the loader thread: load the starting policy in its policy host. */
+static void
+load_policy(struct instance *in, struct load_msg *lm)
+{
+	struct engine_config	 ec;
+	struct pguard_conf	 pc;
+	const char		*name;
+
+	engine_config_of(in, lm->model, &ec);
+	name = start_policy(in, &ec);
+	if (strcmp(name, "builtin") == 0)
+		return;
+	memset(&pc, 0, sizeof pc);
+	pc.isolate = ec.policy_isolate;
+	pc.host = ec.policy_host;
+	pc.deadline_ms = ec.policy_deadline_ms;
+	pc.cap = engine_policy_cap(&ec);
+	lm->pol_name = xstrdup(name);
+	lm->pol = pguard_load(&pc, in->load_plugindir, name,
+	    (size_t)in->opts.n_policy_params, in->opts.policy_params,
+	    &lm->pol_cause);
 }
 
 /* Loader thread body. */
@@ -575,8 +676,10 @@ load_main(void *arg)
 			lm->model = NULL;
 		}
 	}
-	if (lm->model != NULL)
+	if (lm->model != NULL) {
 		lm->chat_template = chat_template_read(in->path);
+		load_policy(in, lm);
+	}
 	mailbox_post(&lm->m);
 	return (NULL);
 }
@@ -613,6 +716,10 @@ instance_load(const char *name, const char *path, char *const *argv,
 	}
 	in->name = xstrdup(name);
 	in->path = xstrdup(path);
+	/* Copies: the loader thread reads them while SIGHUP may reload. */
+	in->load_plugindir = xstrdup(phased->conf.plugin_dir);
+	in->load_policy = xstrdup(phased->conf.default_policy);
+	(void)instance_policy_host();
 	in->state = INST_LOADING;
 	in->file_bytes = (uint64_t)st.st_size;
 	in->keep_alive_ms = in->opts.has_keep_alive ? in->opts.keep_alive_ms : -1;

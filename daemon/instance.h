@@ -36,6 +36,7 @@ struct inst_opts {
 	int		 has_keep_alive;
 	int		 lazy;		/* phased.conf: load on first use */
 	char		*chat_template;	/* template=NAME; NULL: the model's */
+	uint32_t	 policy_deadline_ms; /* 0: phased.conf's */
 };
 
 enum inst_state {
@@ -45,10 +46,15 @@ enum inst_state {
 
 TAILQ_HEAD(gen_list, gen);
 
+/* Path of phased-policy-host. */
+const char	*instance_policy_host(void);
+
 struct instance {
 	TAILQ_ENTRY(instance)	 entry;
 	char			*name;
 	char			*path;
+	char			*load_plugindir; /* copies for the loader */
+	char			*load_policy;
 	enum inst_state		 state;
 	struct inst_opts	 opts;
 	struct model		*model;

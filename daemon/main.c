@@ -21,6 +21,7 @@
 #include "quant.h"
 #include "log.h"
 #include "phased.h"
+#include "req.h"
 #include "instance.h"
 #include "mailbox.h"
 #include "util.h"
@@ -147,6 +148,7 @@ daemon_shutdown(const char *why)
 	for (c = TAILQ_FIRST(&phased->conns); c != NULL; c = next) {
 		next = TAILQ_NEXT(c, entry);
 		conn_send(c, &r);
+		conn_end_streams(c, "daemon is shutting down");
 		conn_close_after_flush(c);
 	}
 	phased->ev_shutdown = event_new(phased->base, -1, EV_PERSIST,
@@ -293,6 +295,7 @@ main(int argc, char **argv)
 
 	while (!TAILQ_EMPTY(&d.conns))
 		conn_free(TAILQ_FIRST(&d.conns), "daemon exiting");
+	req_policy_wait();
 	instance_shutdown();
 	http_stop();
 	mailbox_free();

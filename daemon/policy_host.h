@@ -58,6 +58,9 @@ int	 policy_name_valid(const char *name, char **cause);
 /* Load plugin NAME from plugindir and init it with key=value params. */
 struct policy *policy_open(const char *plugindir, const char *name,
 	    size_t argc, char *const *argv, char **cause);
+/* Open PLUGINDIR/NAME.so and check its table; the dlopen handle or NULL. */
+void	*policy_dlopen(const char *plugindir, const char *name,
+	    const struct phased_policy **opsp, char **cause);
 /* Fini and unload a policy (after on_swap_out when swapping out). */
 void	 policy_close(struct policy *);
 

@@ -44,7 +44,7 @@ policy_name_valid(const char *name, char **cause)
  * Open PLUGINDIR/NAME.so and check its exported table without calling any
  * of its code (apart from the loader running its constructors).
  */
-static void *
+void *
 policy_dlopen(const char *plugindir, const char *name,
     const struct phased_policy **opsp, char **cause)
 {

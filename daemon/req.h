@@ -34,6 +34,8 @@ extern const struct req_entry req_detokenize_entry;
 extern const struct req_entry req_policy_list_entry;
 extern const struct req_entry req_policy_show_entry;
 extern const struct req_entry req_policy_set_entry;
+/* Wait (at most 3 s) for policy loads in progress, before shutdown. */
+void	req_policy_wait(void);
 /* req_stats.c */
 extern const struct req_entry req_stats_entry;
 extern const struct req_entry req_metrics_entry;

@@ -12,6 +12,7 @@
 #include "mailbox.h"
 #include "model.h"
 #include "req.h"
+#include "strbuf.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -325,7 +326,7 @@ req_generate(struct conn *c, Phased__Request *req)
 	struct engine_gen	 eg;
 	struct tokenizer	*tok;
 	int32_t			*ids = NULL;
-	size_t			 n_ids = 0;
+	size_t			 n_ids = 0, bad;
 	int			 add_bos;
 	char			*cause = NULL;
 
@@ -350,6 +351,14 @@ req_generate(struct conn *c, Phased__Request *req)
 			return;
 		}
 		add_bos = gr->has_add_bos ? gr->add_bos : tokenizer_add_bos(tok);
+		if ((bad = utf8_first_invalid(gr->prompt,
+		    strlen(gr->prompt))) != (size_t)-1) {
+			conn_send_error(c, req->id,
+			    PHASED__ERROR_CODE__ERR_INVALID, "prompt is not "
+			    "valid UTF-8: byte 0x%02x at offset %zu",
+			    (unsigned char)gr->prompt[bad], bad);
+			return;
+		}
 		if (tokenizer_encode(tok, gr->prompt, strlen(gr->prompt),
 		    add_bos, gr->has_parse_special && gr->parse_special, &ids,
 		    &n_ids, &cause) != 0) {

@@ -1,14 +1,17 @@
 /* req_policy.c: policy list, show and set requests. */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conn.h"
 #include "instance.h"
 #include "log.h"
+#include "mailbox.h"
 #include "phased.h"
-#include "policy_host.h"
+#include "policy_guard.h"
 #include "req.h"
 #include "util.h"
 
@@ -23,7 +26,10 @@ req_policy_list(struct conn *c, Phased__Request *req)
 	size_t			  n, i;
 	char			 *cause = NULL;
 
-	if (policy_list(phased->conf.plugin_dir, &list, &n, &cause) != 0) {
+	/* Loading runs a plugin's constructors: do it in a policy host. */
+	if ((phased->conf.policy_isolation ? pguard_list(instance_policy_host(),
+	    phased->conf.plugin_dir, &list, &n, &cause) :
+	    policy_list(phased->conf.plugin_dir, &list, &n, &cause)) != 0) {
 		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_NOT_FOUND,
 		    "%s", cause);
 		free(cause);
@@ -103,25 +109,147 @@ req_policy_show(struct conn *c, Phased__Request *req)
 	free(copy);
 }
 
+/*
+ * A policy set in progress: the plugin is loaded and initialised in its
+ * policy host by a thread of its own, so the control thread never waits on
+ * a plugin (a constructor or init may take up to its deadline).
+ */
+struct pset_job {
+	struct mbox_msg		 m;
+	uint64_t		 serial;	/* the connection */
+	uint64_t		 req_id;
+	char			*model;
+	struct engine		*engine;	/* only compared after */
+	struct pguard_conf	 conf;
+	char			*plugindir;
+	char			*name;
+	char			**argv;
+	size_t			 argc;
+	struct guarded		*pol;
+	char			*cause;
+};
+
+static int	pset_inflight;	/* jobs whose thread has not posted yet */
+
+/* Wait (at most 3 s) for policy loads in progress, before shutdown. */
+void
+req_policy_wait(void)
+{
+	int	i;
+
+	for (i = 0; i < 300 && __atomic_load_n(&pset_inflight,
+	    __ATOMIC_ACQUIRE) > 0; i++)
+		usleep(10000);
+}
+
+/* Free a policy set job. */
+static void
+pset_free(struct pset_job *j)
+{
+	size_t	i;
+
+	for (i = 0; i < j->argc; i++)
+		free(j->argv[i]);
+	free(j->argv);
+	free(j->model);
+	free((char *)j->conf.host);
+	free(j->plugindir);
+	free(j->name);
+	free(j->cause);
+	free(j);
+}
+
+/* Back on the control thread: stage the policy and answer. */
+static void
+pset_deliver(struct mbox_msg *m)
+{
+	struct pset_job	*j = (struct pset_job *)m;
+	struct instance	*in = instance_find(j->model);
+	struct conn	*c = conn_find(j->serial);
+
+	if (j->pol != NULL && (in == NULL || in->engine != j->engine ||
+	    in->state != INST_READY)) {
+		pguard_discard(j->pol);
+		j->pol = NULL;
+		xasprintf(&j->cause, "model %s was unloaded", j->model);
+	}
+	if (j->pol != NULL) {
+		engine_stage_policy(in->engine, j->pol);
+		log_info("model %s: policy %s", in->name, j->name);
+		if (c != NULL)
+			conn_send_ok(c, j->req_id, "policy set");
+	} else if (c != NULL)
+		conn_send_error(c, j->req_id, PHASED__ERROR_CODE__ERR_INVALID,
+		    "policy not set: %s", j->cause);
+	pset_free(j);
+}
+
+/* The loading thread. */
+static void *
+pset_main(void *arg)
+{
+	struct pset_job	*j = arg;
+
+	j->pol = pguard_load(&j->conf, j->plugindir, j->name, j->argc,
+	    j->argv, &j->cause);
+	mailbox_post(&j->m);
+	__atomic_sub_fetch(&pset_inflight, 1, __ATOMIC_RELEASE);
+	return (NULL);
+}
+
 /* Swap a model's policy while it serves. */
 static void
 req_policy_set(struct conn *c, Phased__Request *req)
 {
 	Phased__PolicySetRequest	*ps = req->policy_set;
 	struct instance			*in;
+	struct pset_job			*j;
+	pthread_attr_t			 attr;
+	pthread_t			 t;
 	char				*cause = NULL;
+	size_t				 i;
 
 	if ((in = ready_model(c, req->id, ps->model)) == NULL)
 		return;
-	if (engine_set_policy(in->engine, phased->conf.plugin_dir, ps->policy,
-	    ps->n_params, ps->params, &cause) != 0) {
-		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_INVALID,
-		    "policy not set: %s", cause);
-		free(cause);
+	if (strcmp(ps->policy, POLICY_BUILTIN) == 0 ||
+	    policy_name_valid(ps->policy, NULL) != 0) {
+		/* No plugin code: answer at once. */
+		if (engine_set_policy(in->engine, phased->conf.plugin_dir,
+		    ps->policy, ps->n_params, ps->params, &cause) != 0) {
+			conn_send_error(c, req->id,
+			    PHASED__ERROR_CODE__ERR_INVALID,
+			    "policy not set: %s", cause);
+			free(cause);
+			return;
+		}
+		log_info("model %s: policy %s", in->name, ps->policy);
+		conn_send_ok(c, req->id, "policy set");
 		return;
 	}
-	log_info("model %s: policy %s", in->name, ps->policy);
-	conn_send_ok(c, req->id, "policy set");
+	j = xcalloc(1, sizeof *j);
+	j->m.deliver = pset_deliver;
+	j->serial = c->serial;
+	j->req_id = req->id;
+	j->model = xstrdup(in->name);
+	j->engine = in->engine;
+	j->conf = *engine_policy_conf(in->engine);
+	j->conf.host = xstrdup(j->conf.host != NULL ? j->conf.host : "");
+	j->plugindir = xstrdup(phased->conf.plugin_dir);
+	j->name = xstrdup(ps->policy);
+	j->argc = ps->n_params;
+	j->argv = xcalloc(j->argc + 1, sizeof *j->argv);
+	for (i = 0; i < j->argc; i++)
+		j->argv[i] = xstrdup(ps->params[i]);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	__atomic_add_fetch(&pset_inflight, 1, __ATOMIC_RELEASE);
+	if (pthread_create(&t, &attr, pset_main, j) != 0) {
+		__atomic_sub_fetch(&pset_inflight, 1, __ATOMIC_RELEASE);
+		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_INTERNAL,
+		    "policy not set: cannot start a thread");
+		pset_free(j);
+	}
+	pthread_attr_destroy(&attr);
 }
 
 const struct req_entry req_policy_list_entry = {

@@ -551,6 +551,34 @@ check_tensor_data(struct gguf_file *gf, char **cause)
 			rc = -1;
 			goto out;
 		}
+		/*
+		 * Writers put each tensor at the next aligned offset after
+		 * the one before: more room than the padding means the type
+		 * or shape of that tensor was changed (a smaller type read
+		 * over a larger tensor's data).
+		 */
+		if (v[i]->offset - end >= gf->alignment) {
+			set_cause(cause, "tensor '%s' (%s, %" PRIu64 " bytes) "
+			    "is followed by %" PRIu64 " unused bytes before "
+			    "'%s' (alignment %" PRIu64 "): its type or shape "
+			    "does not match its data", v[i - 1]->name,
+			    tensor_type_name(v[i - 1]->type), v[i - 1]->nbytes,
+			    v[i]->offset - end, v[i]->name, gf->alignment);
+			rc = -1;
+			goto out;
+		}
+	}
+	if (gf->n_tensors > 0 && (end = gf->size - gf->data_offset -
+	    (v[gf->n_tensors - 1]->offset + v[gf->n_tensors - 1]->nbytes)) >=
+	    gf->alignment) {
+		set_cause(cause, "tensor '%s' (%s, %" PRIu64 " bytes), the last "
+		    "in the file, is followed by %" PRIu64 " unused bytes "
+		    "(alignment %" PRIu64 "): its type or shape does not match "
+		    "its data", v[gf->n_tensors - 1]->name,
+		    tensor_type_name(v[gf->n_tensors - 1]->type),
+		    v[gf->n_tensors - 1]->nbytes, end, gf->alignment);
+		rc = -1;
+		goto out;
 	}
 out:
 	free(v);

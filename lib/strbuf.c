@@ -230,3 +230,49 @@ strbuf_json_double(struct strbuf *sb, double v)
 	else
 		strbuf_double(sb, v);
 }
+
+/* Offset of the first byte of s[0..n) that is not valid UTF-8, or -1. */
+size_t
+utf8_first_invalid(const char *s, size_t n)
+{
+	const unsigned char	*u = (const unsigned char *)s;
+	uint32_t		 cp;
+	size_t			 i = 0, len;
+
+	while (i < n) {
+		len = utf8_decode(u + i, n - i, &cp);
+		if (cp == UC_INVALID)
+			return (i);
+		i += len;
+	}
+	return ((size_t)-1);
+}
+
+/*
+ * A copy of s with each byte that is not valid UTF-8 written as \xNN, so a
+ * message quoting client bytes stays a valid protobuf string.
+ */
+char *
+utf8_sanitize(const char *s)
+{
+	const unsigned char	*u = (const unsigned char *)s;
+	uint32_t		 cp;
+	size_t			 n = strlen(s), i = 0, o = 0, len;
+	char			*out;
+
+	out = xcalloc(1, n * 4 + 1);
+	while (i < n) {
+		len = utf8_decode(u + i, n - i, &cp);
+		if (cp == UC_INVALID) {
+			snprintf(out + o, 5, "\\x%02x", u[i]);
+			o += 4;
+			i++;
+			continue;
+		}
+		memcpy(out + o, s + i, len);
+		o += len;
+		i += len;
+	}
+	out[o] = '\0';
+	return (out);
+}

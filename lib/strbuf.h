@@ -48,4 +48,9 @@ void	 strbuf_double(struct strbuf *, double);
 /* Append a JSON number, shortest round-trip form; NaN and infinities: null. */
 void	 strbuf_json_double(struct strbuf *, double);
 
+/* Offset of the first byte of s[0..n) that is not valid UTF-8, or -1. */
+size_t	 utf8_first_invalid(const char *s, size_t n);
+/* A copy of s with each byte that is not valid UTF-8 written as \xNN. */
+char	*utf8_sanitize(const char *s);
+
 #endif

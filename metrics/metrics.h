@@ -247,6 +247,7 @@ enum metric_counter {
 	CNT_PREEMPTIONS,
 	CNT_PLAN_ERRORS,	/* policy plans the engine rejected */
 	CNT_POLICY_SWAPS,
+	CNT_POLICY_EJECTIONS,	/* policies ended: late, crashed, invalid plans */
 	CNT__COUNT
 };
 

@@ -298,6 +298,9 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 	prom_field(sb, "phased_policy_swaps_total", "counter",
 	    "Scheduling policies swapped in.", snaps, n,
 	    S(counters[CNT_POLICY_SWAPS]));
+	prom_field(sb, "phased_policy_ejections_total", "counter",
+	    "Scheduling policies ended (late, crashed or invalid plans).",
+	    snaps, n, S(counters[CNT_POLICY_EJECTIONS]));
 
 	prom_field(sb, "phased_kv_blocks_used", "gauge",
 	    "KV cache blocks in use.", snaps, n, S(kv_used));

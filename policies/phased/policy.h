@@ -23,8 +23,10 @@
  * instance are serialized, and each sees the effects of the previous one.
  *
  * Rules for plugins:
- *  - schedule() and the notifications run on the engine thread, one call at
- *    a time per policy instance; they must not block, sleep or do I/O.
+ *  - Every call runs in the instance's policy host process, one at a time,
+ *    under a seccomp filter and a deadline (phased-policy(3), ISOLATION):
+ *    no files, sockets or processes; a late, crashing or forbidden call
+ *    ends the policy.  Calls must not block, sleep or do I/O.
  *  - Nothing the daemon passes in may be kept after the call returns: views,
  *    requests and params are only valid during the call (copy what you need).
  *  - The plan arrays have fixed capacities; the inline helpers below refuse

@@ -540,7 +540,10 @@ test_cases(void)
 	expect_fail("alignment 256 with offsets 32-aligned", &s,
 	    "tensor 'b': offset 64 is not a multiple of the alignment 256");
 	s.alignment = 16;
-	expect_ok("alignment 16", &s);
+	expect_fail("alignment 16 with gaps of 32", &s,
+	    "tensor 'b' (Q4_0, 36 bytes) is followed by 28 unused bytes "
+	    "before 'c' (alignment 16): its type or shape does not match "
+	    "its data");
 	spec_default(&s);
 	s.alignment_key = 0;
 	expect_ok("default alignment", &s);
@@ -555,7 +558,9 @@ test_cases(void)
 	spec_default(&s);
 	s.t[0].offset = 128;
 	s.t[2].offset = 0;
-	expect_ok("offsets out of order, not overlapping", &s);
+	expect_fail("offsets out of order, with a gap", &s,
+	    "tensor 'c' (F16, 8 bytes) is followed by 56 unused bytes before "
+	    "'b' (alignment 32): its type or shape does not match its data");
 	s.t[1].offset = 0;
 	s.t[2].offset = 128;
 	s.t[0].offset = 32;

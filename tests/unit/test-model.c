@@ -591,12 +591,23 @@ test_load_errors(void)
 	ne[0] = 64;
 	ne[1] = 16;
 	load_fails(patched("stories260K.gguf", key, n, n + 4, ne, 16),
-	    "tensor 'blk.0.attn_k.weight': shape");
+	    "tensor 'blk.0.attn_k.weight' (F32, 4096 bytes) is followed by "
+	    "4096 unused bytes before 'blk.0.attn_v.weight' (alignment 32): "
+	    "its type or shape does not match its data");
 	n = gstr(key, "token_embd.weight");
 	ne[0] = 64;
 	ne[1] = 256;
 	load_fails(patched("stories260K.gguf", key, n, n + 4, ne, 16),
-	    "vocabulary has 512 tokens but token_embd.weight has 256 rows");
+	    "tensor 'token_embd.weight' (F32, 65536 bytes) is followed by "
+	    "65536 unused bytes");
+	/* The F32 token embedding relabelled Q4_0: 1/7 of its data is read. */
+	{
+		uint32_t q4_0 = 2;
+
+		load_fails(patched("stories260K.gguf", key, n, n + 20, &q4_0,
+		    4), "tensor 'token_embd.weight' (Q4_0, 18432 bytes) is "
+		    "followed by 112640 unused bytes");
+	}
 
 	/* Without output.weight the head is tied to token_embd. */
 	n = gstr(key, "output.weight");
