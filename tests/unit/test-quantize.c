@@ -173,7 +173,7 @@ test_f16(void)
 	for (i = 0; i < 8; i++)
 		ok(h2d(out + 2 * i) == want[i], "f16 of %g is %g (got %g)",
 		    in[i], want[i], h2d(out + 2 * i));
-	ok(quantize_row(13, in, out, 256) == 0, "Q5_K refused");
+	ok(quantize_row(17, in, out, 256) == 0, "IQ2_XS refused");
 }
 
 /* Run the checks. */
