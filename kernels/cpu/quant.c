@@ -370,10 +370,7 @@ quant_code_offset(uint32_t type)
 	case TT_IQ4_NL:
 	case TT_IQ4_XS:
 		return (128);
-	case TT_Q4_1:
-	case TT_Q5_1:
 	case TT_Q2_K:
-	case TT_Q5_K:
 		return (-1);	/* no offset: bias holds the lane sums, for the mins */
 	default:
 		return (0);

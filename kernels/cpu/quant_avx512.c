@@ -384,11 +384,12 @@ DISPATCH(avx512_q6_k, K_Q6_K)
  * The types added after the first seven share one tile (ext_tile), all on
  * activations in ACT_NATURAL order.  A step is 64 elements: two blocks of
  * 32, or a quarter of a 256-element super-block.  Each step yields 64
- * unsigned codes (code + offset), a weight scale per lane and, for the
- * types with mins (offset -1, bias = the lane's activation code sum), a min
- * per lane:
- *   acc += f32(dpbusd(bias or 0, u, x)) * (scale * d)
- *   acc += f32(bias) * (min * d)		(types with mins)
+ * unsigned codes (code + offset) and a weight scale per lane:
+ *   acc += f32(dpbusd(bias, u, x)) * (scale * d)
+ * Mins: Q2_K's (one per 16 elements; offset -1, so bias is the lane's
+ * activation code sum) add f32(bias) * (min * d) per lane; those of Q4_1,
+ * Q5_1 and Q5_K (one per 32) are kept per block and subtracted in a short
+ * pass per output against s (d * sum(q) of each block), as Q4_K's are.
  */
 
 /* 32 nibble codes of a 32-element block (low nibbles first), natural order. */
@@ -418,7 +419,7 @@ iq4_table256(void)
  */
 AI void
 unpack_b32(const enum kind kind, const uint8_t *row, int64_t p, int64_t nb, __m512i *u,
-    __m512 *ws, __m512 *wm)
+    __m512 *ws, float *mins)
 {
 	const int	 bb = kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 :
 			    kind == K_Q5_1 ? 24 : 18;
@@ -452,8 +453,10 @@ unpack_b32(const enum kind kind, const uint8_t *row, int64_t p, int64_t nb, __m5
 	}
 	*u = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1);
 	*ws = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
-	if (kind == K_Q4_1 || kind == K_Q5_1)
-		*wm = _mm512_insertf32x8(_mm512_set1_ps(m0), _mm256_set1_ps(m1), 1);
+	if (kind == K_Q4_1 || kind == K_Q5_1) {
+		mins[2 * p] = m0;
+		mins[2 * p + 1] = m1;	/* the array has room for an even count */
+	}
 }
 
 /* The 16 six-bit scales of a Q3_K super-block, as bytes 0..63. */
@@ -477,7 +480,7 @@ q3k_scales16(const uint8_t *s)
  * elements (sc16, mn16).
  */
 AI void
-ksetup(const enum kind kind, const uint8_t *sb, __m512 *sc16, __m512 *mn16)
+ksetup(const enum kind kind, const uint8_t *sb, __m512 *sc16, __m512 *mn16, float *mn32)
 {
 	const __m512i	half = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10,
 			    9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1);
@@ -499,9 +502,10 @@ ksetup(const enum kind kind, const uint8_t *sb, __m512 *sc16, __m512 *mn16)
 		*sc16 = _mm512_permutexvar_ps(half, _mm512_castps256_ps512(_mm256_mul_ps(
 		    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc))),
 		    _mm256_set1_ps(h2f(sb)))));
-		*mn16 = _mm512_permutexvar_ps(half, _mm512_castps256_ps512(_mm256_mul_ps(
-		    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn))),
-		    _mm256_set1_ps(-h2f(sb + 2)))));
+		_mm256_storeu_ps(mn32, _mm256_mul_ps(_mm256_cvtepi32_ps(
+		    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn))),
+		    _mm256_set1_ps(-h2f(sb + 2))));
+		(void)mn16;
 	} else {		/* IQ4_XS */
 		uint16_t	sh;
 		uint32_t	sl;
@@ -572,8 +576,8 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
     const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
 {
 	const int	 k256 = kind >= K_Q2_K;
-	const int	 mins = kind == K_Q4_1 || kind == K_Q5_1 || kind == K_Q2_K ||
-			    kind == K_Q5_K;
+	const int	 lmins = kind == K_Q2_K;	/* mins per lane */
+	const int	 bmins = kind == K_Q4_1 || kind == K_Q5_1 || kind == K_Q5_K;
 	const int64_t	 nb = cols / 32, stride = a->stride, nsteps = (nb + 1) / 2;
 	const int	 sbb = kind == K_Q2_K ? 84 : kind == K_Q3_K ? 110 :
 			    kind == K_Q5_K ? 176 : 136;
@@ -590,11 +594,15 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 	const int32_t	*bias[NR];
 	int64_t		 p0;
 	int		 i, j, jj;
+	/* Q4_1, Q5_1, Q5_K: the min of every block of 32, rounded up to 8. */
+	float		 bmin[bmins ? MR : 1][bmins ? ((nb + 7) & ~7) : 1];
 
 #pragma GCC unroll 4
 	for (i = 0; i < mr; i++) {
 		row[i] = w + (r0 + i) * rb;
 		ksc[i] = kmn[i] = wm[i] = _mm512_setzero_ps();
+		if (bmins)
+			memset(bmin[i], 0, sizeof bmin[i]);
 #pragma GCC unroll 4
 		for (j = 0; j < nr; j++)
 			acc[i][j] = _mm512_setzero_ps();
@@ -617,33 +625,36 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 #pragma GCC unroll 4
 			for (i = 0; i < mr; i++) {
 				if (!k256) {
-					unpack_b32(kind, row[i], p, nb, &u[i], &ws[i], &wm[i]);
+					unpack_b32(kind, row[i], p, nb, &u[i], &ws[i],
+					    bmin[bmins ? i : 0]);
 					continue;
 				}
 				const uint8_t *sb = row[i] + sbb * (p >> 2);
 				if (jj == 0)
-					ksetup(kind, sb, &ksc[i], &kmn[i]);
+					ksetup(kind, sb, &ksc[i], &kmn[i],
+					    &bmin[bmins ? i : 0][bmins ? 2 * p : 0]);
 				u[i] = unpack_k256(kind, sb, jj);
 				/* Lane l of step jj is sub-block 4jj + l / 4 of 16. */
 				__m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * jj), quarter);
 				ws[i] = _mm512_permutexvar_ps(idx, ksc[i]);
-				if (mins)
+				if (lmins)
 					wm[i] = _mm512_permutexvar_ps(idx, kmn[i]);
 			}
 #pragma GCC unroll 4
 			for (j = 0; j < nr; j++) {
 				__m512i	x = _mm512_load_si512(xq[j] + 64 * p);
 				__m512	d = _mm512_loadu_ps(dl[j] + 16 * p);
-				__m512i	b0 = _mm512_loadu_si512(bias[j] + 16 * p);
-				__m512	bf = mins ? _mm512_cvtepi32_ps(b0) : _mm512_setzero_ps();
+				__m512i	b0 = bmins ? _mm512_setzero_si512() :
+					    _mm512_loadu_si512(bias[j] + 16 * p);
+				__m512	bf = lmins ? _mm512_cvtepi32_ps(b0) : _mm512_setzero_ps();
 
 #pragma GCC unroll 4
 				for (i = 0; i < mr; i++) {
-					__m512i s = _mm512_dpbusd_epi32(mins ?
+					__m512i s = _mm512_dpbusd_epi32(lmins ?
 					    _mm512_setzero_si512() : b0, u[i], x);
 					acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
 					    _mm512_mul_ps(ws[i], d), acc[i][j]);
-					if (mins)
+					if (lmins)
 						acc[i][j] = _mm512_fmadd_ps(bf,
 						    _mm512_mul_ps(wm[i], d), acc[i][j]);
 				}
@@ -653,8 +664,23 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 #pragma GCC unroll 4
 	for (i = 0; i < mr; i++)
 #pragma GCC unroll 4
-		for (j = 0; j < nr; j++)
-			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum512(acc[i][j]);
+		for (j = 0; j < nr; j++) {
+			float v = hsum512(acc[i][j]);
+
+			if (bmins) {
+				/* s and the mins are zero past the last block. */
+				const float	*sa = a->s + (size_t)(t0 + j) * (stride / 32);
+				__m256		 am = _mm256_setzero_ps();
+				int64_t		 k;
+
+				for (k = 0; k < nb; k += 8)
+					am = _mm256_fmadd_ps(_mm256_loadu_ps(bmin[i] + k),
+					    _mm256_maskz_loadu_ps(nb - k >= 8 ? 0xff :
+					    (__mmask8)((1u << (nb - k)) - 1), sa + k), am);
+				v += hsum256(am);
+			}
+			y[(size_t)(t0 + j) * ldy + r0 + i] = v;
+		}
 }
 
 /* As DISPATCH, for ext_tile. */
