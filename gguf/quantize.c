@@ -330,16 +330,21 @@ q5_0_block(const float *x, uint8_t *out)
 	put_nibbles(out + 6, q);
 }
 
-/* Index of the code-book value nearest to v. */
+/* Index of the code-book value nearest to v (the lower one on a tie). */
 static int
 iq4_nearest(float v)
 {
-	int	k, best = 0;
+	int	lo = 0, hi = 15, mid;
 
-	for (k = 1; k < 16; k++)
-		if (fabsf(v - iq4_book[k]) < fabsf(v - iq4_book[best]))
-			best = k;
-	return (best);
+	/* The book is sorted: bisect on the midpoints between entries. */
+	while (lo < hi) {
+		mid = (lo + hi) / 2;
+		if (v > 0.5f * (iq4_book[mid] + iq4_book[mid + 1]))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return (lo);
 }
 
 /*
