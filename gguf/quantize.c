@@ -348,7 +348,7 @@ iq4_nearest(float v)
 }
 
 /*
- * Scale and codes of n values on the IQ4 code book: a few candidate
+ * Scale and codes of n values on the IQ4 code book: five candidate
  * scales around max / -127, each refit by least squares to its codes; the
  * one with the smallest squared error wins.  Returns the scale.
  */
@@ -366,7 +366,7 @@ iq4_fit(const float *x, int n, int *q)
 			q[j] = iq4_nearest(0);
 		return (0);
 	}
-	for (t = -7; t <= 7; t++) {
+	for (t = -4; t <= 4; t += 2) {
 		float	id = (-127 + 0.5f * t) / max, d, err = 0;
 		double	sqx = 0, sqq = 0;
 

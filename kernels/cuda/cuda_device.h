@@ -280,15 +280,19 @@ load8_b32(const uint8_t *row, int c, float *v)
 	}
 }
 
+/* Q4_1: see load8_b32. */
 template <>
 __device__ __forceinline__ void
 load8<TT_Q4_1>(const uint8_t *row, int c, float *v) { load8_b32<TT_Q4_1>(row, c, v); }
+/* Q5_0: see load8_b32. */
 template <>
 __device__ __forceinline__ void
 load8<TT_Q5_0>(const uint8_t *row, int c, float *v) { load8_b32<TT_Q5_0>(row, c, v); }
+/* Q5_1: see load8_b32. */
 template <>
 __device__ __forceinline__ void
 load8<TT_Q5_1>(const uint8_t *row, int c, float *v) { load8_b32<TT_Q5_1>(row, c, v); }
+/* IQ4_NL: see load8_b32. */
 template <>
 __device__ __forceinline__ void
 load8<TT_IQ4_NL>(const uint8_t *row, int c, float *v) { load8_b32<TT_IQ4_NL>(row, c, v); }
