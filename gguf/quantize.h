@@ -7,8 +7,9 @@
 
 /*
  * Encode n elements of src (a multiple of the type's block size) as a row
- * of the given tensor type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) in the
- * standard GGUF layout.  Returns the bytes written to dst, or 0 when the
+ * of the given tensor type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) in the standard GGUF layout.
+ * The quantizers use no importance matrix.  Returns the bytes written to dst, or 0 when the
  * type is not one of those or n is not a whole number of blocks.
  * Thread-safe: it keeps no state.
  */

@@ -183,6 +183,134 @@ deq_q6_k(const uint8_t *b, float *y)
 	}
 }
 
+/* The IQ4_NL / IQ4_XS code book. */
+static const int8_t iq4_values[16] = {
+	-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+};
+
+/*
+ * Dequantize one block of a 32-element type: Q4_1 and Q5_1 (d * q + m),
+ * Q5_0 (d * (q - 16)), IQ4_NL (d * book[q]).  Codes: element i < 16 in the
+ * low nibble of qs[i], i >= 16 in the high nibble of qs[i - 16]; the fifth
+ * bit of element i is bit i of the 32-bit qh.
+ */
+static void
+deq_b32(uint32_t type, const uint8_t *b, float *y)
+{
+	float		d = rd_f16(b), m = 0;
+	const uint8_t	*qs, *qh = NULL;
+	uint32_t	h = 0;
+	int		i, q;
+
+	switch (type) {
+	case TT_Q4_1:
+		m = rd_f16(b + 2);
+		qs = b + 4;
+		break;
+	case TT_Q5_0:
+		qh = b + 2;
+		qs = b + 6;
+		break;
+	case TT_Q5_1:
+		m = rd_f16(b + 2);
+		qh = b + 4;
+		qs = b + 8;
+		break;
+	default:
+		qs = b + 2;
+		break;
+	}
+	if (qh != NULL)
+		h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+		    (uint32_t)qh[3] << 24;
+	for (i = 0; i < 32; i++) {
+		q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+		q |= (int)((h >> i) & 1) << 4;
+		if (type == TT_IQ4_NL)
+			y[i] = d * (float)iq4_values[q];
+		else if (type == TT_Q5_0)
+			y[i] = d * (float)(q - 16);
+		else
+			y[i] = d * (float)q + m;
+	}
+}
+
+/*
+ * Dequantize one Q2_K block (scales[16]: scale low nibble, min high;
+ * qs[64]; d; dmin) or Q3_K block (hmask[32]; qs[64]; 12 bytes of 6-bit
+ * scales; d).  In half h, element 32j + l takes bits 2j..2j+1 of
+ * qs[32h + l]; Q3_K subtracts 4 unless bit 4h + j of hmask[l] is set.
+ */
+static void
+deq_q23_k(uint32_t type, const uint8_t *b, float *y)
+{
+	int	h, j, l, e, q, k, sc;
+	float	d, dmin;
+
+	for (h = 0; h < 2; h++)
+		for (j = 0; j < 4; j++)
+			for (l = 0; l < 32; l++) {
+				e = 128 * h + 32 * j + l;
+				k = e / 16;
+				if (type == TT_Q2_K) {
+					q = (b[16 + 32 * h + l] >> (2 * j)) & 3;
+					d = rd_f16(b + 80);
+					dmin = rd_f16(b + 82);
+					y[e] = d * (float)(b[k] & 15) * (float)q -
+					    dmin * (float)(b[k] >> 4);
+					continue;
+				}
+				q = (b[32 + 32 * h + l] >> (2 * j)) & 3;
+				if (!(b[l] & (1 << (4 * h + j))))
+					q -= 4;
+				sc = k < 8 ? b[96 + k] & 15 : b[96 + k - 8] >> 4;
+				sc |= ((b[104 + k % 4] >> (2 * (k / 4))) & 3) << 4;
+				y[e] = rd_f16(b + 108) * (float)(sc - 32) * (float)q;
+			}
+}
+
+/*
+ * Dequantize one Q5_K block: Q4_K's layout with qh[32] between the scales
+ * and the codes; bit i of qh[l] is the fifth bit of element 32i + l.
+ */
+static void
+deq_q5_k(const uint8_t *b, float *y)
+{
+	float	d = rd_f16(b), dmin = rd_f16(b + 2);
+	int	j, l, sc, mn, q;
+
+	for (j = 0; j < 8; j++) {
+		q4k_scale_min(b + 4, j, &sc, &mn);
+		for (l = 0; l < 32; l++) {
+			q = b[48 + 32 * (j / 2) + l];
+			q = (j & 1) ? q >> 4 : q & 15;
+			q |= ((b[16 + l] >> j) & 1) << 4;
+			y[32 * j + l] = d * (float)sc * (float)q - dmin * (float)mn;
+		}
+	}
+}
+
+/*
+ * Dequantize one IQ4_XS block (d; scales_h u16; scales_l[4]; qs[128]):
+ * sub-block j of 32 has the 6-bit scale (nibble j of scales_l) | (bits
+ * 2j..2j+1 of scales_h) << 4, minus 32, and IQ4_NL's nibble order.
+ */
+static void
+deq_iq4_xs(const uint8_t *b, float *y)
+{
+	float		d = rd_f16(b);
+	unsigned	sh = b[2] | (b[3] << 8);
+	int		j, i, ls, q;
+
+	for (j = 0; j < 8; j++) {
+		ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4);
+		for (i = 0; i < 32; i++) {
+			q = i < 16 ? b[8 + 16 * j + i] & 15 : b[8 + 16 * j + i - 16] >> 4;
+			y[32 * j + i] = d * (float)(ls - 32) * (float)iq4_values[q];
+		}
+	}
+}
+
 /* Dequantize n elements of a row of a GGUF type into dst. */
 int
 ref_dequant_row(uint32_t type, const void *row, float *dst, int64_t n)
@@ -215,6 +343,22 @@ ref_dequant_row(uint32_t type, const void *row, float *dst, int64_t n)
 			break;
 		case TT_Q6_K:
 			deq_q6_k(p, &dst[i]);
+			break;
+		case TT_Q4_1:
+		case TT_Q5_0:
+		case TT_Q5_1:
+		case TT_IQ4_NL:
+			deq_b32(type, p, &dst[i]);
+			break;
+		case TT_Q2_K:
+		case TT_Q3_K:
+			deq_q23_k(type, p, &dst[i]);
+			break;
+		case TT_Q5_K:
+			deq_q5_k(p, &dst[i]);
+			break;
+		case TT_IQ4_XS:
+			deq_iq4_xs(p, &dst[i]);
 			break;
 		default:
 			return (-1);

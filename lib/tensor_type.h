@@ -10,9 +10,17 @@ enum tensor_type {
 	TT_F32 = 0,
 	TT_F16 = 1,
 	TT_Q4_0 = 2,
+	TT_Q4_1 = 3,
+	TT_Q5_0 = 6,
+	TT_Q5_1 = 7,
 	TT_Q8_0 = 8,
+	TT_Q2_K = 10,
+	TT_Q3_K = 11,
 	TT_Q4_K = 12,
+	TT_Q5_K = 13,
 	TT_Q6_K = 14,
+	TT_IQ4_NL = 20,
+	TT_IQ4_XS = 23,
 	TT_BF16 = 30,
 };
 
@@ -29,7 +37,7 @@ struct tensor_type_info {
  * Return the layout of a supported type, or NULL for a type phased cannot
  * compute with (the caller names the tensor in its "unsupported tensor
  * type" error).  tensor_type_name() also names known-but-unsupported GGUF
- * types ("Q5_K") and returns NULL for numbers GGUF does not define.
+ * types ("IQ2_XS") and returns NULL for numbers GGUF does not define.
  */
 const struct tensor_type_info	*tensor_type_get(uint32_t type);
 const char			*tensor_type_name(uint32_t type);

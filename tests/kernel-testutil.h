@@ -78,11 +78,46 @@ ktu_fill_row(uint32_t type, uint8_t *p, int64_t n)
 			memcpy(p + 210 * i + 208, &h, 2);
 		}
 		break;
+	case TT_Q4_1:
+	case TT_Q5_0:
+	case TT_Q5_1:
+	case TT_IQ4_NL:
+		/* Scale at byte 0; Q4_1 and Q5_1 have a signed min at byte 2. */
+		for (i = 0; i < n / 32; i++) {
+			h = f32_to_fp16(0.001f + 0.01f * (ktu_uniform() + 1));
+			if (type == TT_IQ4_NL)
+				h = f32_to_fp16(0.0001f + 0.0005f * (ktu_uniform() + 1));
+			memcpy(p + i * ti->block_bytes, &h, 2);
+			if (type == TT_Q4_1 || type == TT_Q5_1) {
+				h = f32_to_fp16(0.1f * ktu_uniform());
+				memcpy(p + i * ti->block_bytes + 2, &h, 2);
+			}
+		}
+		break;
+	case TT_Q2_K:
+	case TT_Q5_K:
+		/* d and dmin: at 80 and 82 (Q2_K), at 0 and 2 (Q5_K). */
+		for (i = 0; i < n / 256; i++) {
+			size_t o = i * ti->block_bytes + (type == TT_Q2_K ? 80 : 0);
+			h = f32_to_fp16(0.0005f + 0.002f * (ktu_uniform() + 1));
+			memcpy(p + o, &h, 2);
+			h = f32_to_fp16(0.0005f + 0.002f * (ktu_uniform() + 1));
+			memcpy(p + o + 2, &h, 2);
+		}
+		break;
+	case TT_Q3_K:
+	case TT_IQ4_XS:
+		for (i = 0; i < n / 256; i++) {
+			h = f32_to_fp16(0.0001f + 0.0005f * (ktu_uniform() + 1));
+			memcpy(p + i * ti->block_bytes + (type == TT_Q3_K ? 108 : 0), &h, 2);
+		}
+		break;
 	}
 }
 
 static const uint32_t ktu_types[] = {
-	TT_F32, TT_F16, TT_BF16, TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q6_K
+	TT_F32, TT_F16, TT_BF16, TT_Q8_0, TT_Q4_0, TT_Q4_K, TT_Q6_K,
+	TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q2_K, TT_Q3_K, TT_Q5_K, TT_IQ4_NL, TT_IQ4_XS
 };
 #define KTU_NTYPES	(sizeof ktu_types / sizeof ktu_types[0])
 

@@ -54,8 +54,10 @@ enum synth_arch { SA_LLAMA, SA_LLAMA3, SA_QWEN2, SA_QWEN3, SA_GEMMA2,
 static const char *arch_names[] = { "llama", "llama3", "qwen2", "qwen3",
     "gemma2", "gemma3", "phi3" };
 
-/* Pseudo-type for the usual Q4_K_M mix. */
-#define SYNTH_Q4_K_M	1000
+/* Pseudo-types for llama-quantize's usual mixes. */
+#define SYNTH_Q3_K_M	1000
+#define SYNTH_Q4_K_M	1001
+#define SYNTH_Q5_K_M	1002
 
 /* llama.cpp's general.file_type numbers for what we write. */
 static uint32_t
@@ -65,13 +67,72 @@ file_type(uint32_t type)
 	case TT_F32: return (0);
 	case TT_F16: return (1);
 	case TT_Q4_0: return (2);
+	case TT_Q4_1: return (3);
 	case TT_Q8_0: return (7);
+	case TT_Q5_0: return (8);
+	case TT_Q5_1: return (9);
+	case TT_Q2_K: return (10);
+	case TT_Q3_K: return (11);		/* Q3_K_S: all Q3_K */
+	case SYNTH_Q3_K_M: return (12);
 	case TT_Q4_K: return (14);		/* Q4_K_S: all Q4_K */
 	case SYNTH_Q4_K_M: return (15);
+	case TT_Q5_K: return (16);		/* Q5_K_S: all Q5_K */
+	case SYNTH_Q5_K_M: return (17);
 	case TT_Q6_K: return (18);
+	case TT_IQ4_NL: return (25);
+	case TT_IQ4_XS: return (30);
 	case TT_BF16: return (32);
 	}
 	return (0);
+}
+
+/* What a weight matrix is for, as the mixes tell them apart. */
+enum role {
+	R_EMBD, R_OUTPUT, R_ATTN_Q, R_ATTN_K, R_ATTN_V, R_ATTN_OUT, R_FFN_GATE,
+	R_FFN_UP, R_FFN_DOWN,
+};
+
+/* Whether layer i of n gets the larger type in a _M mix (as llama.cpp picks). */
+static int
+more_bits(uint32_t i, uint32_t n)
+{
+	return (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2);
+}
+
+/*
+ * The type of a matrix: the asked type for every one, or in a mix the one
+ * llama-quantize picks (for a dense model without an importance matrix):
+ * Q6_K for the output (and for the embeddings when they are tied to it);
+ * attn_v and ffn_down with more bits on the layers more_bits() names
+ * (Q6_K in Q4_K_M and Q5_K_M); Q3_K_M's attn_v Q5_K on the first two
+ * layers and Q4_K after, its ffn_down Q5_K on the first sixteenth and Q4_K
+ * after, its attn_output Q4_K.
+ */
+static uint32_t
+mix_type(uint32_t mix, enum role role, uint32_t layer, uint32_t n_layers, int tied)
+{
+	uint32_t	base;
+
+	switch (mix) {
+	case SYNTH_Q3_K_M: base = TT_Q3_K; break;
+	case SYNTH_Q4_K_M: base = TT_Q4_K; break;
+	case SYNTH_Q5_K_M: base = TT_Q5_K; break;
+	default: return (mix);
+	}
+	if (role == R_OUTPUT || (role == R_EMBD && tied))
+		return (TT_Q6_K);
+	if (mix == SYNTH_Q3_K_M) {
+		if (role == R_ATTN_V)
+			return (layer < 2 ? TT_Q5_K : TT_Q4_K);
+		if (role == R_FFN_DOWN)
+			return (layer < n_layers / 16 ? TT_Q5_K : TT_Q4_K);
+		if (role == R_ATTN_OUT)
+			return (TT_Q4_K);
+		return (base);
+	}
+	if ((role == R_ATTN_V || role == R_FFN_DOWN) && more_bits(layer, n_layers))
+		return (TT_Q6_K);
+	return (base);
 }
 
 /* One tensor to generate: its rows of random values (or a constant). */
@@ -193,27 +254,42 @@ synth_fill(void *arg, struct gguf_writer *gw, uint64_t idx, char **cause)
 	return (0);
 }
 
-/* The type a tensor gets: the wanted one, or a fallback its rows allow. */
+/*
+ * The type a tensor gets: the wanted one, or the fallback llama-quantize
+ * uses when the rows are not a whole number of blocks (Q2_K, Q3_K and
+ * IQ4_XS to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0), F16 when that
+ * does not fit either.
+ */
 static uint32_t
 fit_type(uint32_t want, uint64_t cols, const char *name)
 {
-	static const uint32_t	 chain[] = { TT_Q8_0, TT_F16 };
-	const struct tensor_type_info *ti = tensor_type_get(want);
-	size_t			 i;
+	uint32_t	t;
 
-	if (cols % ti->block_elems == 0)
+	if (cols % tensor_type_get(want)->block_elems == 0)
 		return (want);
-	for (i = 0; i < sizeof chain / sizeof chain[0]; i++) {
-		if (tensor_type_get(chain[i])->block_elems >
-		    ti->block_elems)
-			continue;
-		if (cols % tensor_type_get(chain[i])->block_elems == 0) {
-			log_debug("%s: %" PRIu64 " columns, %s instead of %s",
-			    name, cols, tensor_type_name(chain[i]), ti->name);
-			return (chain[i]);
-		}
+	switch (want) {
+	case TT_Q2_K:
+	case TT_Q3_K:
+	case TT_IQ4_XS:
+		t = TT_IQ4_NL;
+		break;
+	case TT_Q4_K:
+		t = TT_Q5_0;
+		break;
+	case TT_Q5_K:
+		t = TT_Q5_1;
+		break;
+	case TT_Q6_K:
+		t = TT_Q8_0;
+		break;
+	default:
+		t = TT_F16;
 	}
-	return (TT_F32);
+	if (cols % tensor_type_get(t)->block_elems != 0)
+		t = TT_F16;
+	log_debug("%s: %" PRIu64 " columns, %s instead of %s", name, cols,
+	    tensor_type_name(t), tensor_type_name(want));
+	return (t);
 }
 
 /* Add a tensor description and remember how to generate it. */
@@ -249,13 +325,6 @@ add_vec(struct gguf_writer *gw, struct synth *s, const char *name, uint64_t n,
 	add(gw, s, name, n, 0, TT_F32, &fallbacks);
 	s->gens[s->n_gens - 1].constant = !random;
 	s->gens[s->n_gens - 1].value = value;
-}
-
-/* Whether layer i of n gets the larger type in a _M mix (as llama.cpp picks). */
-static int
-more_bits(uint32_t i, uint32_t n)
-{
-	return (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2);
 }
 
 /* Print the usage and exit. */
@@ -296,8 +365,7 @@ main(int argc, char **argv)
 	char			*cause = NULL, name[96];
 	long long		 v;
 	uint64_t		 seed = 1, size, t0;
-	uint32_t		 type = 0, layers = 0, kv_dim, i, attn_v, ffn_down;
-	uint32_t		 big;
+	uint32_t		 type = 0, layers = 0, kv_dim, i, n;
 	int			 ch, threads = 2, fallbacks = 0, verbose = 0;
 	size_t			 k;
 	const char		*arch_name = "llama", *A;
@@ -376,8 +444,12 @@ main(int argc, char **argv)
 	arch = (enum synth_arch)k;
 	if (window == 0)
 		window = arch == SA_GEMMA2 ? 4096 : 1024;
-	if (strcasecmp(type_name, "Q4_K_M") == 0)
+	if (strcasecmp(type_name, "Q3_K_M") == 0)
+		type = SYNTH_Q3_K_M;
+	else if (strcasecmp(type_name, "Q4_K_M") == 0)
 		type = SYNTH_Q4_K_M;
+	else if (strcasecmp(type_name, "Q5_K_M") == 0)
+		type = SYNTH_Q5_K_M;
 	else {
 		for (type = 0; type <= TT_GGUF_MAX; type++) {
 			if (tensor_type_get(type) != NULL &&
@@ -386,7 +458,8 @@ main(int argc, char **argv)
 		}
 		if (type > TT_GGUF_MAX)
 			fatalx("unknown type '%s' (F32, F16, BF16, Q8_0, Q4_0, "
-			    "Q4_K, Q6_K, Q4_K_M)", type_name);
+			    "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+			    "IQ4_XS, Q3_K_M, Q4_K_M, Q5_K_M)", type_name);
 	}
 
 	if ((vf = gguf_open(vocab, &cause)) == NULL)
@@ -452,11 +525,10 @@ main(int argc, char **argv)
 	memset(&s, 0, sizeof s);
 	s.seed = seed;
 	s.threads = threads;
-	/* The mix: Q6_K for the embeddings, output and some attn_v/ffn_down. */
-	big = type == SYNTH_Q4_K_M ? TT_Q6_K : type;
-	if (type == SYNTH_Q4_K_M)
-		type = TT_Q4_K;
-	add(gw, &s, "token_embd.weight", shp.dim, shp.vocab, big, &fallbacks);
+	n = shp.layers;
+#define MIX(role, l)	mix_type(type, role, l, n, shp.tied)
+	add(gw, &s, "token_embd.weight", shp.dim, shp.vocab, MIX(R_EMBD, 0),
+	    &fallbacks);
 	add(gw, &s, "output_norm.weight", shp.dim, 0, TT_F32, &fallbacks);
 	if (arch == SA_LLAMA3)
 		add_vec(gw, &s, "rope_freqs.weight", nrot / 2, 0, 2.0f);
@@ -465,23 +537,22 @@ main(int argc, char **argv)
 		add_vec(gw, &s, "rope_factors_short.weight", nrot / 2, 0, 1.0f);
 	}
 	if (!shp.tied && arch != SA_GEMMA2)
-		add(gw, &s, "output.weight", shp.dim, shp.vocab, big,
+		add(gw, &s, "output.weight", shp.dim, shp.vocab, MIX(R_OUTPUT, 0),
 		    &fallbacks);
-	for (i = 0; i < shp.layers; i++) {
-		attn_v = ffn_down = more_bits(i, shp.layers) ? big : type;
+	for (i = 0; i < n; i++) {
 #define BLK(n)	(snprintf(name, sizeof name, "blk.%u." n, i), name)
 		add(gw, &s, BLK("attn_norm.weight"), shp.dim, 0, TT_F32,
 		    &fallbacks);
 		if (arch == SA_PHI3)
 			add(gw, &s, BLK("attn_qkv.weight"), shp.dim,
-			    shp.dim + 2 * kv_dim, type, &fallbacks);
+			    shp.dim + 2 * kv_dim, MIX(R_ATTN_V, i), &fallbacks);
 		else {
 			add(gw, &s, BLK("attn_q.weight"), shp.dim, shp.dim,
-			    type, &fallbacks);
+			    MIX(R_ATTN_Q, i), &fallbacks);
 			add(gw, &s, BLK("attn_k.weight"), shp.dim, kv_dim,
-			    type, &fallbacks);
+			    MIX(R_ATTN_K, i), &fallbacks);
 			add(gw, &s, BLK("attn_v.weight"), shp.dim, kv_dim,
-			    attn_v, &fallbacks);
+			    MIX(R_ATTN_V, i), &fallbacks);
 		}
 		if (arch == SA_QWEN2) {
 			add_vec(gw, &s, BLK("attn_q.bias"), shp.dim, 1, 0);
@@ -492,8 +563,8 @@ main(int argc, char **argv)
 			add_vec(gw, &s, BLK("attn_q_norm.weight"), hd, 0, 1.0f);
 			add_vec(gw, &s, BLK("attn_k_norm.weight"), hd, 0, 1.0f);
 		}
-		add(gw, &s, BLK("attn_output.weight"), shp.dim, shp.dim, type,
-		    &fallbacks);
+		add(gw, &s, BLK("attn_output.weight"), shp.dim, shp.dim,
+		    MIX(R_ATTN_OUT, i), &fallbacks);
 		if (arch == SA_GEMMA2 || arch == SA_GEMMA3)
 			add_vec(gw, &s, BLK("post_attention_norm.weight"),
 			    shp.dim, 0, 1.0f);
@@ -501,23 +572,24 @@ main(int argc, char **argv)
 		    &fallbacks);
 		if (arch == SA_PHI3)
 			add(gw, &s, BLK("ffn_up.weight"), shp.dim,
-			    2 * shp.hidden, type, &fallbacks);
+			    2 * shp.hidden, MIX(R_FFN_UP, i), &fallbacks);
 		else {
 			add(gw, &s, BLK("ffn_gate.weight"), shp.dim,
-			    shp.hidden, type, &fallbacks);
+			    shp.hidden, MIX(R_FFN_GATE, i), &fallbacks);
 			add(gw, &s, BLK("ffn_up.weight"), shp.dim, shp.hidden,
-			    type, &fallbacks);
+			    MIX(R_FFN_UP, i), &fallbacks);
 		}
 		add(gw, &s, BLK("ffn_down.weight"), shp.hidden, shp.dim,
-		    ffn_down, &fallbacks);
+		    MIX(R_FFN_DOWN, i), &fallbacks);
 		if (arch == SA_GEMMA2 || arch == SA_GEMMA3)
 			add_vec(gw, &s, BLK("post_ffw_norm.weight"), shp.dim,
 			    0, 1.0f);
 #undef BLK
 	}
+#undef MIX
 	if (fallbacks != 0)
 		log_info("%d tensors with rows that do not fit %s blocks were "
-		    "written as Q8_0, F16 or F32", fallbacks, type_name);
+		    "written in a fallback type", fallbacks, type_name);
 
 	s.chunk_cap = 8 << 20;
 	s.chunk = xmalloc(s.chunk_cap > 16384 ? s.chunk_cap : 16384);

@@ -127,10 +127,89 @@ q4k_code(const uint8_t *b, int e)
 	return (i < 32 ? qs[32 * j + i] & 0xf : qs[32 * j + i - 32] >> 4);
 }
 
+/* Little-endian 32-bit load from an unaligned pointer. */
+static inline uint32_t
+ld32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	    (uint32_t)p[3] << 24);
+}
+
+/* The IQ4_NL / IQ4_XS code book: a 4-bit code selects one of these. */
+const int8_t quant_iq4nl_values[16] = {
+	-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+};
+
+/* Low or high nibble of element k (0..31) of a 32-element nibble block. */
+static inline int
+nib32(const uint8_t *qs, int k)
+{
+	return (k < 16 ? qs[k] & 0xf : qs[k - 16] >> 4);
+}
+
+/* Six-bit scale k (0..15) of a Q3_K super-block (12 packed bytes). */
+static inline int
+q3k_scale(const uint8_t *s, int k)
+{
+	int	lo = k < 8 ? s[k] & 0xf : s[k - 8] >> 4;
+
+	return (lo | ((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4);
+}
+
+/*
+ * Value of element e of one block of a type added after the first seven,
+ * in double, straight from the GGUF layout (see gguf/quantize.c).
+ */
+static double
+block_value(uint32_t type, const uint8_t *b, int e)
+{
+	int	h = e / 128, i = e % 128, j = i / 32, l = i % 32, q;
+	uint8_t	sc[8], mn[8];
+
+	switch (type) {
+	case TT_Q4_1:
+		return ((double)fp16_to_f32(ld16(b)) * nib32(b + 4, e) +
+		    fp16_to_f32(ld16(b + 2)));
+	case TT_Q5_0:
+		q = nib32(b + 6, e) | ((ld32(b + 2) >> e) & 1) << 4;
+		return ((double)fp16_to_f32(ld16(b)) * (q - 16));
+	case TT_Q5_1:
+		q = nib32(b + 8, e) | ((ld32(b + 4) >> e) & 1) << 4;
+		return ((double)fp16_to_f32(ld16(b)) * q + fp16_to_f32(ld16(b + 2)));
+	case TT_IQ4_NL:
+		return ((double)fp16_to_f32(ld16(b)) * quant_iq4nl_values[nib32(b + 2, e)]);
+	case TT_Q2_K:
+		q = (b[16 + 32 * h + l] >> (2 * j)) & 3;
+		return ((double)fp16_to_f32(ld16(b + 80)) * (b[e / 16] & 0xf) * q -
+		    (double)fp16_to_f32(ld16(b + 82)) * (b[e / 16] >> 4));
+	case TT_Q3_K:
+		q = ((b[32 + 32 * h + l] >> (2 * j)) & 3) +
+		    4 * ((b[l] >> (4 * h + j)) & 1) - 4;
+		return ((double)fp16_to_f32(ld16(b + 108)) *
+		    (q3k_scale(b + 96, e / 16) - 32) * q);
+	case TT_Q5_K:
+		i = e % 64;
+		q = (i < 32 ? b[48 + 32 * (e / 64) + i] & 0xf :
+		    b[48 + 32 * (e / 64) + i - 32] >> 4) |
+		    ((b[16 + i % 32] >> (2 * (e / 64) + i / 32)) & 1) << 4;
+		q4k_scales(b + 4, sc, mn);
+		return ((double)fp16_to_f32(ld16(b)) * sc[e / 32] * q -
+		    (double)fp16_to_f32(ld16(b + 2)) * mn[e / 32]);
+	case TT_IQ4_XS:
+		i = e / 32;
+		q = ((b[4 + i / 2] >> (4 * (i % 2))) & 0xf) |
+		    ((ld16(b + 2) >> (2 * i)) & 3) << 4;
+		return ((double)fp16_to_f32(ld16(b)) * (q - 32) *
+		    quant_iq4nl_values[nib32(b + 8 + 16 * i, e % 32)]);
+	}
+	fatalx("block_value: unsupported tensor type %u", type);
+}
+
 /* Decode n elements of a row of any supported type to f32. */
 void
 dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 {
+	const struct tensor_type_info *ti;
 	const uint8_t	*p = src;
 	int64_t		 i, b;
 	int		 j;
@@ -185,7 +264,12 @@ dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 		}
 		break;
 	default:
-		fatalx("dequantize_row: unsupported tensor type %u", type);
+		ti = tensor_type_get(type);
+		if (ti == NULL)
+			fatalx("dequantize_row: unsupported tensor type %u", type);
+		for (b = 0; b < n / ti->block_elems; b++, p += ti->block_bytes)
+			for (j = 0; j < (int)ti->block_elems; j++)
+				dst[b * ti->block_elems + j] = (float)block_value(type, p, j);
 	}
 }
 
@@ -193,6 +277,7 @@ dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 double
 dot_row_ref(uint32_t type, const void *row, const float *x, int64_t n)
 {
+	const struct tensor_type_info *ti;
 	const uint8_t	*p = row;
 	double		 sum = 0;
 	int64_t		 i, b;
@@ -249,7 +334,12 @@ dot_row_ref(uint32_t type, const void *row, const float *x, int64_t n)
 		}
 		break;
 	default:
-		fatalx("dot_row_ref: unsupported tensor type %u", type);
+		ti = tensor_type_get(type);
+		if (ti == NULL)
+			fatalx("dot_row_ref: unsupported tensor type %u", type);
+		for (b = 0; b < n / ti->block_elems; b++, p += ti->block_bytes)
+			for (j = 0; j < (int)ti->block_elems; j++)
+				sum += block_value(type, p, j) * x[b * ti->block_elems + j];
 	}
 	return (sum);
 }
@@ -258,8 +348,8 @@ dot_row_ref(uint32_t type, const void *row, const float *x, int64_t n)
 static int
 is_int_type(uint32_t type)
 {
-	return (type == TT_Q8_0 || type == TT_Q4_0 || type == TT_Q4_K ||
-	    type == TT_Q6_K);
+	return (type != TT_F32 && type != TT_F16 && type != TT_BF16 &&
+	    tensor_type_get(type) != NULL);
 }
 
 /* Offset of the unsigned codes the kernels use for a weight type. */
@@ -273,6 +363,15 @@ quant_code_offset(uint32_t type)
 		return (128);	/* codes are the stored int8 plus 128 */
 	case TT_Q6_K:
 		return (32);
+	case TT_Q5_0:
+		return (16);
+	case TT_Q3_K:
+		return (4);
+	case TT_IQ4_NL:
+	case TT_IQ4_XS:
+		return (128);
+	case TT_Q2_K:
+		return (-1);	/* no offset: bias holds the lane sums, for the mins */
 	default:
 		return (0);
 	}
@@ -590,6 +689,167 @@ scalar_q6_k(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
 	}
 }
 
+/*
+ * One block of a type added after the first seven as signed codes c with a
+ * scale and an additive min per 16 elements: value = sc * c + mn.  The
+ * scales are a half times a small integer, so exact in single precision.
+ * Returns the number of 16-element sub-blocks.
+ */
+static int
+decode_block(uint32_t type, const uint8_t *b, int8_t *c, float *sc, float *mn)
+{
+	int	e, k;
+	uint8_t	s8[8], m8[8];
+
+	switch (type) {
+	case TT_Q4_1:
+	case TT_Q5_1:
+	case TT_Q5_0:
+	case TT_IQ4_NL: {
+		float	d = fp16_to_f32(ld16(b));
+		float	m = type == TT_Q4_1 || type == TT_Q5_1 ? fp16_to_f32(ld16(b + 2)) : 0;
+		const uint8_t *qs = b + (type == TT_Q4_1 ? 4 : type == TT_Q5_0 ? 6 :
+		    type == TT_Q5_1 ? 8 : 2);
+		uint32_t qh = type == TT_Q5_0 ? ld32(b + 2) : type == TT_Q5_1 ?
+		    ld32(b + 4) : 0;
+
+		for (e = 0; e < 32; e++) {
+			int q = nib32(qs, e) | ((qh >> e) & 1) << 4;
+			c[e] = (int8_t)(type == TT_IQ4_NL ? quant_iq4nl_values[q] :
+			    type == TT_Q5_0 ? q - 16 : q);
+		}
+		sc[0] = sc[1] = d;
+		mn[0] = mn[1] = m;
+		return (2);
+	}
+	case TT_Q2_K: {
+		float	d = fp16_to_f32(ld16(b + 80)), dmin = fp16_to_f32(ld16(b + 82));
+
+		for (e = 0; e < 256; e++)
+			c[e] = (int8_t)((b[16 + 32 * (e / 128) + e % 32] >>
+			    (2 * ((e % 128) / 32))) & 3);
+		for (k = 0; k < 16; k++) {
+			sc[k] = d * (float)(b[k] & 0xf);
+			mn[k] = -dmin * (float)(b[k] >> 4);
+		}
+		return (16);
+	}
+	case TT_Q3_K: {
+		float	d = fp16_to_f32(ld16(b + 108));
+
+		for (e = 0; e < 256; e++) {
+			int h = e / 128, j = (e % 128) / 32, l = e % 32;
+			c[e] = (int8_t)(((b[32 + 32 * h + l] >> (2 * j)) & 3) +
+			    4 * ((b[l] >> (4 * h + j)) & 1) - 4);
+		}
+		for (k = 0; k < 16; k++) {
+			sc[k] = d * (float)(q3k_scale(b + 96, k) - 32);
+			mn[k] = 0;
+		}
+		return (16);
+	}
+	case TT_Q5_K: {
+		float	d = fp16_to_f32(ld16(b)), dmin = fp16_to_f32(ld16(b + 2));
+
+		for (e = 0; e < 256; e++) {
+			int j = e / 64, i = e % 64;
+			int q = i < 32 ? b[48 + 32 * j + i] & 0xf : b[48 + 32 * j + i - 32] >> 4;
+			c[e] = (int8_t)(q | ((b[16 + i % 32] >> (2 * j + i / 32)) & 1) << 4);
+		}
+		q4k_scales(b + 4, s8, m8);
+		for (k = 0; k < 16; k++) {
+			sc[k] = d * (float)s8[k / 2];
+			mn[k] = -dmin * (float)m8[k / 2];
+		}
+		return (16);
+	}
+	case TT_IQ4_XS: {
+		float	d = fp16_to_f32(ld16(b));
+
+		for (e = 0; e < 256; e++)
+			c[e] = quant_iq4nl_values[nib32(b + 8 + 16 * (e / 32), e % 32)];
+		for (k = 0; k < 16; k++) {
+			int i = k / 2, ls = ((b[4 + i / 2] >> (4 * (i % 2))) & 0xf) |
+			    ((ld16(b + 2) >> (2 * i)) & 3) << 4;
+			sc[k] = d * (float)(ls - 32);
+			mn[k] = 0;
+		}
+		return (16);
+	}
+	}
+	return (0);
+}
+
+/* Whether a type's values have an additive min per sub-block. */
+static inline int
+has_min(uint32_t type)
+{
+	return (type == TT_Q4_1 || type == TT_Q5_1 || type == TT_Q2_K || type == TT_Q5_K);
+}
+
+/*
+ * Rows of the types added after the first seven against quantized tokens:
+ * each block is decoded once per row, then per token and 16-element
+ * sub-block the exact integer sums of c * q and of q are scaled in f32.
+ */
+static void
+scalar_generic(uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    int mr, const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	const struct tensor_type_info *ti = tensor_type_get(type);
+	const int	 be = (int)ti->block_elems, mins = has_min(type);
+	int64_t		 b;
+	int		 i, t, k, e, nsub;
+	int8_t		 c[256];
+	float		 sc[16], mn[16], acc[4];
+
+	for (i = 0; i < mr; i++) {
+		const uint8_t *row = w + (r0 + i) * rb;
+
+		for (t = 0; t < nr; t++)
+			acc[t] = 0;
+		for (b = 0; b < cols / be; b++) {
+			nsub = decode_block(type, row + b * ti->block_bytes, c, sc, mn);
+			for (t = 0; t < nr; t++) {
+				const int8_t	*q = a->q + (size_t)(t0 + t) * a->stride + b * be;
+				const float	*d = a->d + (size_t)(t0 + t) * (a->stride / 32) +
+				    b * (be / 32);
+
+				for (k = 0; k < nsub; k++) {
+					int isum = 0, qsum = 0;
+
+					for (e = 16 * k; e < 16 * k + 16; e++) {
+						isum += c[e] * q[e];
+						qsum += q[e];
+					}
+					acc[t] += sc[k] * d[k / 2] * (float)isum;
+					if (mins)
+						acc[t] += mn[k] * d[k / 2] * (float)qsum;
+				}
+			}
+		}
+		for (t = 0; t < nr; t++)
+			y[(size_t)(t0 + t) * ldy + r0 + i] = acc[t];
+	}
+}
+
+/* Instantiate scalar_generic for one type. */
+#define GENERIC(fn, type)						\
+static void								\
+fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	scalar_generic(type, w, rb, cols, r0, mr, a, t0, nr, y, ldy);	\
+}
+GENERIC(scalar_q4_1, TT_Q4_1)
+GENERIC(scalar_q5_0, TT_Q5_0)
+GENERIC(scalar_q5_1, TT_Q5_1)
+GENERIC(scalar_q2_k, TT_Q2_K)
+GENERIC(scalar_q3_k, TT_Q3_K)
+GENERIC(scalar_q5_k, TT_Q5_K)
+GENERIC(scalar_iq4_nl, TT_IQ4_NL)
+GENERIC(scalar_iq4_xs, TT_IQ4_XS)
+
 /* f16 to f32 table for the portable F16 kernel, built once. */
 static float		*f16_table;
 static pthread_once_t	 f16_once = PTHREAD_ONCE_INIT;
@@ -702,6 +962,14 @@ quant_kernel_scalar(uint32_t type)
 	case TT_Q6_K:
 		k.fn = scalar_q6_k;
 		break;
+	case TT_Q4_1: k.fn = scalar_q4_1; break;
+	case TT_Q5_0: k.fn = scalar_q5_0; break;
+	case TT_Q5_1: k.fn = scalar_q5_1; break;
+	case TT_Q2_K: k.fn = scalar_q2_k; break;
+	case TT_Q3_K: k.fn = scalar_q3_k; break;
+	case TT_Q5_K: k.fn = scalar_q5_k; break;
+	case TT_IQ4_NL: k.fn = scalar_iq4_nl; break;
+	case TT_IQ4_XS: k.fn = scalar_iq4_xs; break;
 	}
 	return (k);
 }

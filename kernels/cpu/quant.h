@@ -47,7 +47,10 @@ const char	*quant_isa_name(int isa);
  * into the same lane).  bias holds -off times the sum of a lane's codes, so
  * integer multiply-adds started from the bias give the exact sum of
  * (u - off) * q for the lane, and dl holds the block scale of each lane.
- * s holds d * sum(q) of each block in natural order (Q4_K mins).
+ * s holds d * sum(q) of each block in natural order (the mins of Q4_K,
+ * Q4_1, Q5_1 and Q5_K).  Q2_K, with a min per 16 elements, has the offset
+ * -1: its bias is the plain sum of a lane's codes, which the kernels scale
+ * by the lane's min.
  *
  * The codes are stored in the order the kernel unpacks weights in:
  *   ACT_NATURAL: element order; lane l is elements 4l..4l+3.
@@ -79,6 +82,9 @@ struct qact {
 	float		*s;	/* n_tok x stride/32: d * sum(q) */
 	uint16_t	*xb;	/* ACT_BF16: n_tok x stride bf16 values */
 };
+
+/* The IQ4_NL and IQ4_XS code book (a 4-bit code indexes it). */
+extern const int8_t quant_iq4nl_values[16];
 
 /* Code offset of an integer weight type (0 for the float types). */
 int	quant_code_offset(uint32_t type);

@@ -22,7 +22,11 @@
 
 #define AI	static inline __attribute__((always_inline))
 
-enum kind { K_Q4_0, K_Q8_0, K_Q4_K, K_Q6_K };
+enum kind {
+	K_Q4_0, K_Q8_0, K_Q4_K, K_Q6_K,
+	/* ext_tile: */
+	K_Q4_1, K_Q5_0, K_Q5_1, K_IQ4_NL, K_Q2_K, K_Q3_K, K_Q5_K, K_IQ4_XS,
+};
 
 /* Half at p (unaligned) to float. */
 AI float
@@ -224,6 +228,281 @@ DISPATCH(avx2_q8_0, int_tile, K_Q8_0)
 DISPATCH(avx2_q4_k, int_tile, K_Q4_K)
 DISPATCH(avx2_q6_k, int_tile, K_Q6_K)
 
+/*
+ * The types added after the first seven (ext_tile), a block of 32 (or an
+ * eighth of a super-block) per step, as int_tile: unsigned codes with the
+ * offset in the lane bias, except the IQ4 code books, whose signed values
+ * (|v| <= 127, so vpmaddubsw cannot saturate) go as |v| with the sign moved
+ * onto the activations, as Q8_0 does.  Mins: Q2_K's per 16 elements scale
+ * the lane sums (bias, offset -1); those of Q4_1, Q5_1 and Q5_K (per 32)
+ * are subtracted in a pass per output against s.
+ */
+
+/* 32 nibble codes of 16 bytes: low nibbles first, as Q4_0. */
+AI __m256i
+nibbles32(const uint8_t *qs)
+{
+	__m128i	v = _mm_loadu_si128((const __m128i *)qs);
+
+	return (_mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v),
+	    _mm_srli_epi16(v, 4), 1), _mm256_set1_epi8(0x0f)));
+}
+
+/* Byte i is 0xff where bit i of the 32-bit m is set. */
+AI __m256i
+bits_to_bytes(uint32_t m)
+{
+	const __m256i	sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1,
+			    1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i	bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+	__m256i		v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), sel);
+
+	return (_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit));
+}
+
+/* Byte i is 0xff where bit k of byte i of v is set. */
+AI __m256i
+byte_bit(__m256i v, int k)
+{
+	__m256i	b = _mm256_set1_epi8((char)(1 << k));
+
+	return (_mm256_cmpeq_epi8(_mm256_and_si256(v, b), b));
+}
+
+/* The IQ4 code book in both halves, for vpshufb. */
+AI __m256i
+iq4_book256(void)
+{
+	return (_mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
+	    38, 53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22, -10, 1, 13,
+	    25, 38, 53, 69, 89, 113));
+}
+
+/* Six-bit scales 0-15 of a Q3_K super-block minus 32, as bytes. */
+AI __m128i
+q3k_scales16(const uint8_t *s)
+{
+	uint32_t	a0, a1, t, r[4];
+
+	memcpy(&a0, s, 4);
+	memcpy(&a1, s + 4, 4);
+	memcpy(&t, s + 8, 4);
+	r[0] = (a0 & 0x0f0f0f0f) | (t & 0x03030303) << 4;
+	r[1] = (a1 & 0x0f0f0f0f) | ((t >> 2) & 0x03030303) << 4;
+	r[2] = ((a0 >> 4) & 0x0f0f0f0f) | ((t >> 4) & 0x03030303) << 4;
+	r[3] = ((a1 >> 4) & 0x0f0f0f0f) | ((t >> 6) & 0x03030303) << 4;
+	return (_mm_sub_epi8(_mm_loadu_si128((const __m128i *)r), _mm_set1_epi8(32)));
+}
+
+/* One tile of a type added after the first seven. */
+AI void
+ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nb = cols / 32, stride = a->stride;
+	const int	 k256 = kind >= K_Q2_K;
+	const int	 iq4 = kind == K_IQ4_NL || kind == K_IQ4_XS;
+	const int	 lmins = kind == K_Q2_K;
+	const int	 bmins = kind == K_Q4_1 || kind == K_Q5_1 || kind == K_Q5_K;
+	const int	 has_bias = !iq4 && !bmins && !lmins;
+	const int	 bb = kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 :
+			    kind == K_Q5_1 ? 24 : kind == K_IQ4_NL ? 18 :
+			    kind == K_Q2_K ? 84 : kind == K_Q3_K ? 110 :
+			    kind == K_Q5_K ? 176 : 136;
+	__m256		 acc[MR][NR], ksc[MR][2], kmn[MR][2], ws[MR], wm[MR];
+	__m256i		 u[MR], sgn[MR];
+	const uint8_t	*row[MR];
+	const int8_t	*xq[NR];
+	const float	*dl[NR];
+	const int32_t	*bias[NR];
+	int64_t		 b;
+	int		 i, j;
+	float		 bmin[bmins ? MR : 1][bmins ? ((nb + 7) & ~7) : 1];
+
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++) {
+		row[i] = w + (r0 + i) * rb;
+		ksc[i][0] = ksc[i][1] = kmn[i][0] = kmn[i][1] = wm[i] = _mm256_setzero_ps();
+		sgn[i] = _mm256_setzero_si256();
+		if (bmins)
+			memset(bmin[i], 0, sizeof bmin[i]);
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[i][j] = _mm256_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		dl[j] = a->dl + (size_t)(t0 + j) * (stride / 4);
+		bias[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (b = 0; b < nb; b++) {
+		const int m = b & 7, h = m >> 2, jq = m & 3;
+
+#pragma GCC unroll 4
+		for (i = 0; i < mr; i++) {
+			if (!k256) {
+				const uint8_t *p = row[i] + bb * b;
+				const int qo = kind == K_Q4_1 ? 4 : kind == K_Q5_0 ? 6 :
+				    kind == K_Q5_1 ? 8 : 2;
+				__m256i c = nibbles32(p + qo);
+				if (kind == K_Q5_0 || kind == K_Q5_1) {
+					uint32_t qh;
+					memcpy(&qh, p + qo - 4, 4);
+					c = _mm256_or_si256(c, _mm256_and_si256(bits_to_bytes(qh),
+					    _mm256_set1_epi8(0x10)));
+				}
+				if (iq4) {
+					c = _mm256_shuffle_epi8(iq4_book256(), c);
+					sgn[i] = c;
+					c = _mm256_abs_epi8(c);
+				}
+				u[i] = c;
+				ws[i] = _mm256_set1_ps(h2f(p));
+				if (bmins)
+					bmin[i][b] = h2f(p + 2);
+				continue;
+			}
+			const uint8_t *sb = row[i] + bb * (b >> 3);
+			if (m == 0) {
+				if (kind == K_Q2_K) {
+					__m128i s8 = _mm_loadu_si128((const __m128i *)sb);
+					__m128i lo = _mm_and_si128(s8, _mm_set1_epi8(15));
+					__m128i hi = _mm_and_si128(_mm_srli_epi16(s8, 4),
+					    _mm_set1_epi8(15));
+					__m256 d = _mm256_set1_ps(h2f(sb + 80));
+					__m256 dm = _mm256_set1_ps(-h2f(sb + 82));
+					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepu8_epi32(lo)), d);
+					ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d);
+					kmn[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepu8_epi32(hi)), dm);
+					kmn[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), dm);
+				} else if (kind == K_Q3_K) {
+					__m128i s8 = q3k_scales16(sb + 96);
+					__m256 d = _mm256_set1_ps(h2f(sb + 108));
+					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepi8_epi32(s8)), d);
+					ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8))), d);
+				} else if (kind == K_Q5_K) {
+					uint8_t sc[8], mn[8];
+					float d = h2f(sb), dmin = h2f(sb + 2);
+					int k;
+
+					q4k_scales(sb + 4, sc, mn);
+					for (k = 0; k < 8; k++)
+						bmin[bmins ? i : 0][b + k] = -dmin * mn[k];
+					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+					    (const __m128i *)sc))), _mm256_set1_ps(d));
+				} else {
+					uint16_t sh;
+					uint32_t sl;
+					int32_t ls[8];
+					int k;
+
+					memcpy(&sh, sb + 2, 2);
+					memcpy(&sl, sb + 4, 4);
+					for (k = 0; k < 8; k++)
+						ls[k] = (int32_t)(((sl >> (4 * k)) & 15) |
+						    ((sh >> (2 * k)) & 3) << 4) - 32;
+					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+					    _mm256_loadu_si256((const __m256i *)ls)),
+					    _mm256_set1_ps(h2f(sb)));
+				}
+			}
+			if (kind == K_Q2_K || kind == K_Q3_K) {
+				/* Chunk m: bits 2jq.. of qs[32h + l]; sub-blocks 2m, 2m + 1. */
+				__m256i v = _mm256_loadu_si256((const __m256i *)(sb +
+				    (kind == K_Q2_K ? 16 : 32) + 32 * h));
+				__m256i c = _mm256_and_si256(_mm256_srl_epi16(v,
+				    _mm_cvtsi32_si128(2 * jq)), _mm256_set1_epi8(3));
+				__m256i idx = _mm256_add_epi32(_mm256_set1_epi32(2 * jq),
+				    _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
+				if (kind == K_Q3_K)
+					c = _mm256_or_si256(c, _mm256_and_si256(byte_bit(
+					    _mm256_loadu_si256((const __m256i *)sb), 4 * h + jq),
+					    _mm256_set1_epi8(4)));
+				u[i] = c;
+				ws[i] = _mm256_permutevar8x32_ps(ksc[i][h], idx);
+				if (lmins)
+					wm[i] = _mm256_permutevar8x32_ps(kmn[i][h], idx);
+			} else if (kind == K_Q5_K) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(sb + 48 +
+				    32 * (m >> 1)));
+				if (m & 1)
+					v = _mm256_srli_epi16(v, 4);
+				v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+				u[i] = _mm256_or_si256(v, _mm256_and_si256(byte_bit(
+				    _mm256_loadu_si256((const __m256i *)(sb + 16)), m),
+				    _mm256_set1_epi8(0x10)));
+				ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
+			} else {
+				__m256i c = _mm256_shuffle_epi8(iq4_book256(),
+				    nibbles32(sb + 8 + 16 * m));
+				sgn[i] = c;
+				u[i] = _mm256_abs_epi8(c);
+				ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
+			}
+		}
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			__m256i	x = _mm256_loadu_si256((const __m256i *)(xq[j] + 32 * b));
+			__m256	d = _mm256_loadu_ps(dl[j] + 8 * b);
+			__m256i	b0 = has_bias || lmins ?
+				    _mm256_loadu_si256((const __m256i *)(bias[j] + 8 * b)) :
+				    _mm256_setzero_si256();
+			__m256	bf = lmins ? _mm256_cvtepi32_ps(b0) : _mm256_setzero_ps();
+
+#pragma GCC unroll 4
+			for (i = 0; i < mr; i++) {
+				__m256i xs = iq4 ? _mm256_sign_epi8(x, sgn[i]) : x;
+				__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], xs),
+				    _mm256_set1_epi16(1));
+				if (has_bias)
+					s = _mm256_add_epi32(s, b0);
+				acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+				    _mm256_mul_ps(ws[i], d), acc[i][j]);
+				if (lmins)
+					acc[i][j] = _mm256_fmadd_ps(bf, _mm256_mul_ps(wm[i], d),
+					    acc[i][j]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++) {
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			float v = hsum256(acc[i][j]);
+
+			if (bmins) {
+				const float	*s = a->s + (size_t)(t0 + j) * (stride / 32);
+				__m256		 am = _mm256_setzero_ps();
+				int64_t		 k;
+
+				/* s is zero past the last block: a whole 8 may be read. */
+				for (k = 0; k < nb; k += 8)
+					am = _mm256_fmadd_ps(_mm256_loadu_ps(bmin[i] + k),
+					    _mm256_loadu_ps(s + k), am);
+				v += hsum256(am);
+			}
+			y[(size_t)(t0 + j) * ldy + r0 + i] = v;
+		}
+	}
+}
+
+DISPATCH(avx2_q4_1, ext_tile, K_Q4_1)
+DISPATCH(avx2_q5_0, ext_tile, K_Q5_0)
+DISPATCH(avx2_q5_1, ext_tile, K_Q5_1)
+DISPATCH(avx2_iq4_nl, ext_tile, K_IQ4_NL)
+DISPATCH(avx2_q2_k, ext_tile, K_Q2_K)
+DISPATCH(avx2_q3_k, ext_tile, K_Q3_K)
+DISPATCH(avx2_q5_k, ext_tile, K_Q5_K)
+DISPATCH(avx2_iq4_xs, ext_tile, K_IQ4_XS)
+
 /* 8 weights of a float row at column c as f32; past the end reads zeros. */
 AI __m256
 load_w(uint32_t type, const uint8_t *row, int64_t c, int64_t cols)
@@ -407,6 +686,14 @@ quant_kernel_avx2(uint32_t type)
 		k.fn = avx2_q6_k;
 		k.fill = avx2_act_fill;
 		break;
+	case TT_Q4_1: k.fn = avx2_q4_1; k.fill = avx2_act_fill; break;
+	case TT_Q5_0: k.fn = avx2_q5_0; k.fill = avx2_act_fill; break;
+	case TT_Q5_1: k.fn = avx2_q5_1; k.fill = avx2_act_fill; break;
+	case TT_IQ4_NL: k.fn = avx2_iq4_nl; k.fill = avx2_act_fill; break;
+	case TT_Q2_K: k.fn = avx2_q2_k; k.fill = avx2_act_fill; break;
+	case TT_Q3_K: k.fn = avx2_q3_k; k.fill = avx2_act_fill; break;
+	case TT_Q5_K: k.fn = avx2_q5_k; k.fill = avx2_act_fill; break;
+	case TT_IQ4_XS: k.fn = avx2_iq4_xs; k.fill = avx2_act_fill; break;
 	}
 	return (k);
 }

@@ -51,7 +51,11 @@
 
 #define AI	static inline __attribute__((always_inline))
 
-enum kind { K_Q4_0, K_Q8_0, K_Q4_K, K_Q6_K };
+enum kind {
+	K_Q4_0, K_Q8_0, K_Q4_K, K_Q6_K,
+	/* ext_tile: */
+	K_Q4_1, K_Q5_0, K_Q5_1, K_IQ4_NL, K_Q2_K, K_Q3_K, K_Q5_K, K_IQ4_XS,
+};
 
 /* Half at p (unaligned) to float. */
 AI float
@@ -375,6 +379,343 @@ DISPATCH(avx512_q4_0, K_Q4_0)
 DISPATCH(avx512_q8_0, K_Q8_0)
 DISPATCH(avx512_q4_k, K_Q4_K)
 DISPATCH(avx512_q6_k, K_Q6_K)
+
+/*
+ * The types added after the first seven share one tile (ext_tile), all on
+ * activations in ACT_NATURAL order.  A step is 64 elements: two blocks of
+ * 32, or a quarter of a 256-element super-block.  Each step yields 64
+ * unsigned codes (code + offset) and a weight scale per lane:
+ *   acc += f32(dpbusd(bias, u, x)) * (scale * d)
+ * Mins: Q2_K's (one per 16 elements; offset -1, so bias is the lane's
+ * activation code sum) add f32(bias) * (min * d) per lane; those of Q4_1,
+ * Q5_1 and Q5_K (one per 32) are kept per block and subtracted in a short
+ * pass per output against s (d * sum(q) of each block), as Q4_K's are.
+ */
+
+/* 32 nibble codes of a 32-element block (low nibbles first), natural order. */
+AI __m256i
+nib_block(__m128i v)
+{
+	__m128i	m = _mm_set1_epi8(0x0f);
+
+	return (_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m)),
+	    _mm_and_si128(_mm_srli_epi16(v, 4), m), 1));
+}
+
+/* The IQ4 code book plus 128, in both 128-bit halves, for vpshufb. */
+AI __m256i
+iq4_table256(void)
+{
+	return (_mm256_setr_epi8(
+	    1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
+	    (char)181, (char)197, (char)217, (char)241,
+	    1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
+	    (char)181, (char)197, (char)217, (char)241));
+}
+
+/*
+ * Codes, scales and mins of step p (blocks 2p, 2p + 1) of a row of a
+ * 32-element type with nb blocks; a missing second block reads as zero.
+ */
+AI void
+unpack_b32(const enum kind kind, const uint8_t *row, int64_t p, int64_t nb, __m512i *u,
+    __m512 *ws, float *mins)
+{
+	const int	 bb = kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 :
+			    kind == K_Q5_1 ? 24 : 18;
+	const int	 qo = kind == K_Q4_1 ? 4 : kind == K_Q5_0 ? 6 :
+			    kind == K_Q5_1 ? 8 : 2;
+	const uint8_t	*b0 = row + 2 * p * bb, *b1 = b0 + bb;
+	int		 two = 2 * p + 1 < nb;
+	__m256i		 c0, c1;
+	float		 d0, d1, m0 = 0, m1 = 0;
+
+	c0 = nib_block(_mm_loadu_si128((const __m128i *)(b0 + qo)));
+	c1 = nib_block(_mm_maskz_loadu_epi8(two ? 0xffff : 0, b1 + qo));
+	d0 = h2f(b0);
+	d1 = two ? h2f(b1) : 0;
+	if (kind == K_Q4_1 || kind == K_Q5_1) {
+		m0 = h2f(b0 + 2);
+		m1 = two ? h2f(b1 + 2) : 0;
+	}
+	if (kind == K_Q5_0 || kind == K_Q5_1) {
+		uint32_t h0, h1 = 0;
+		memcpy(&h0, b0 + qo - 4, 4);
+		if (two)
+			memcpy(&h1, b1 + qo - 4, 4);
+		c0 = _mm256_or_si256(c0, _mm256_maskz_mov_epi8(h0,
+		    _mm256_set1_epi8(0x10)));
+		c1 = _mm256_or_si256(c1, _mm256_maskz_mov_epi8(h1, _mm256_set1_epi8(0x10)));
+	}
+	if (kind == K_IQ4_NL) {
+		c0 = _mm256_shuffle_epi8(iq4_table256(), c0);
+		c1 = _mm256_shuffle_epi8(iq4_table256(), c1);
+	}
+	*u = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1);
+	*ws = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+	if (kind == K_Q4_1 || kind == K_Q5_1) {
+		mins[2 * p] = m0;
+		mins[2 * p + 1] = m1;	/* the array has room for an even count */
+	}
+}
+
+/* The 16 six-bit scales of a Q3_K super-block, as bytes 0..63. */
+AI __m128i
+q3k_scales16(const uint8_t *s)
+{
+	uint32_t	a0, a1, t, r[4];
+
+	memcpy(&a0, s, 4);
+	memcpy(&a1, s + 4, 4);
+	memcpy(&t, s + 8, 4);
+	r[0] = (a0 & 0x0f0f0f0f) | (t & 0x03030303) << 4;
+	r[1] = (a1 & 0x0f0f0f0f) | ((t >> 2) & 0x03030303) << 4;
+	r[2] = ((a0 >> 4) & 0x0f0f0f0f) | ((t >> 4) & 0x03030303) << 4;
+	r[3] = ((a1 >> 4) & 0x0f0f0f0f) | ((t >> 6) & 0x03030303) << 4;
+	return (_mm_loadu_si128((const __m128i *)r));
+}
+
+/*
+ * Per-super-block scales and mins of a 256-element type, one float per 16
+ * elements (sc16, mn16).
+ */
+AI void
+ksetup(const enum kind kind, const uint8_t *sb, __m512 *sc16, __m512 *mn16, float *mn32)
+{
+	const __m512i	half = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10,
+			    9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 1);
+
+	if (kind == K_Q2_K) {
+		__m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sb));
+		*sc16 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v,
+		    _mm512_set1_epi32(15))), _mm512_set1_ps(h2f(sb + 80)));
+		*mn16 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)),
+		    _mm512_set1_ps(-h2f(sb + 82)));
+	} else if (kind == K_Q3_K) {
+		__m512i v = _mm512_cvtepu8_epi32(q3k_scales16(sb + 96));
+		*sc16 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v,
+		    _mm512_set1_epi32(32))), _mm512_set1_ps(h2f(sb + 108)));
+	} else if (kind == K_Q5_K) {
+		uint64_t sc, mn;
+
+		q4k_scales_fast(sb + 4, &sc, &mn);
+		*sc16 = _mm512_permutexvar_ps(half, _mm512_castps256_ps512(_mm256_mul_ps(
+		    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc))),
+		    _mm256_set1_ps(h2f(sb)))));
+		_mm256_storeu_ps(mn32, _mm256_mul_ps(_mm256_cvtepi32_ps(
+		    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn))),
+		    _mm256_set1_ps(-h2f(sb + 2))));
+		(void)mn16;
+	} else {		/* IQ4_XS */
+		uint16_t	sh;
+		uint32_t	sl;
+		int32_t		ls[8];
+		int		i;
+
+		memcpy(&sh, sb + 2, 2);
+		memcpy(&sl, sb + 4, 4);
+		for (i = 0; i < 8; i++)
+			ls[i] = (int32_t)(((sl >> (4 * i)) & 15) | ((sh >> (2 * i)) & 3) << 4) - 32;
+		*sc16 = _mm512_permutexvar_ps(half, _mm512_castps256_ps512(_mm256_mul_ps(
+		    _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)ls)),
+		    _mm256_set1_ps(h2f(sb)))));
+	}
+}
+
+/* 64 codes of step jj (0..3) of a 256-element super-block. */
+AI __m512i
+unpack_k256(const enum kind kind, const uint8_t *sb, const int jj)
+{
+	__m256i	lo, hi, v;
+
+	if (kind == K_Q2_K || kind == K_Q3_K) {
+		/* Two-bit planes 2(jj % 2) and 2(jj % 2) + 1 of 32 bytes. */
+		const int s0 = 4 * (jj & 1);
+		v = _mm256_loadu_si256((const __m256i *)(sb + (kind == K_Q2_K ? 16 : 32) +
+		    32 * (jj >> 1)));
+		lo = _mm256_and_si256(_mm256_srli_epi16(v, s0), _mm256_set1_epi8(3));
+		hi = _mm256_and_si256(_mm256_srli_epi16(v, s0 + 2), _mm256_set1_epi8(3));
+		if (kind == K_Q3_K) {
+			/* hmask bit 4(jj / 2) + 2(jj % 2) (+ 1) adds 4. */
+			const int hb = 4 * (jj >> 1) + 2 * (jj & 1);
+			__m256i hm = _mm256_loadu_si256((const __m256i *)sb);
+			lo = _mm256_or_si256(lo, _mm256_maskz_mov_epi8(
+			    _mm256_test_epi8_mask(hm, _mm256_set1_epi8((char)(1 << hb))),
+			    _mm256_set1_epi8(4)));
+			hi = _mm256_or_si256(hi, _mm256_maskz_mov_epi8(
+			    _mm256_test_epi8_mask(hm, _mm256_set1_epi8((char)(2 << hb))),
+			    _mm256_set1_epi8(4)));
+		}
+	} else if (kind == K_Q5_K) {
+		__m256i qh = _mm256_loadu_si256((const __m256i *)(sb + 16));
+		v = _mm256_loadu_si256((const __m256i *)(sb + 48 + 32 * jj));
+		lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+		hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+		lo = _mm256_or_si256(lo, _mm256_maskz_mov_epi8(
+		    _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << (2 * jj)))),
+		    _mm256_set1_epi8(16)));
+		hi = _mm256_or_si256(hi, _mm256_maskz_mov_epi8(
+		    _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(2 << (2 * jj)))),
+		    _mm256_set1_epi8(16)));
+	} else {		/* IQ4_XS: sub-blocks 2jj, 2jj + 1 of 16 bytes */
+		v = _mm256_loadu_si256((const __m256i *)(sb + 8 + 32 * jj));
+		lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+		hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+		lo = _mm256_shuffle_epi8(iq4_table256(), lo);
+		hi = _mm256_shuffle_epi8(iq4_table256(), hi);
+		/* [lo0 lo1 hi0 hi1] to element order [lo0 hi0 lo1 hi1]. */
+		__m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+		return (_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)));
+	}
+	return (_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+}
+
+/* One tile of a type added after the first seven (see above). */
+AI void
+ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
+    const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int	 k256 = kind >= K_Q2_K;
+	const int	 lmins = kind == K_Q2_K;	/* mins per lane */
+	const int	 bmins = kind == K_Q4_1 || kind == K_Q5_1 || kind == K_Q5_K;
+	const int64_t	 nb = cols / 32, stride = a->stride, nsteps = (nb + 1) / 2;
+	const int	 sbb = kind == K_Q2_K ? 84 : kind == K_Q3_K ? 110 :
+			    kind == K_Q5_K ? 176 : 136;
+	const int	 step_bytes = k256 ? sbb / 4 : kind == K_Q4_1 ? 40 :
+			    kind == K_Q5_0 ? 44 : kind == K_Q5_1 ? 48 : 36;
+	const int	 unroll = k256 ? 4 : 1;
+	const __m512i	 quarter = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11,
+			    10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2);
+	__m512		 acc[MR][NR], ws[MR], wm[MR], ksc[MR], kmn[MR];
+	__m512i		 u[MR];
+	const uint8_t	*row[MR];
+	const int8_t	*xq[NR];
+	const float	*dl[NR];
+	const int32_t	*bias[NR];
+	int64_t		 p0;
+	int		 i, j, jj;
+	/* Q4_1, Q5_1, Q5_K: the min of every block of 32, rounded up to 8. */
+	float		 bmin[bmins ? MR : 1][bmins ? ((nb + 7) & ~7) : 1];
+
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++) {
+		row[i] = w + (r0 + i) * rb;
+		ksc[i] = kmn[i] = wm[i] = _mm512_setzero_ps();
+		if (bmins)
+			memset(bmin[i], 0, sizeof bmin[i]);
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		dl[j] = a->dl + (size_t)(t0 + j) * (stride / 4);
+		bias[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (p0 = 0; p0 < nsteps; p0 += unroll) {
+#pragma GCC unroll 4
+		for (jj = 0; jj < unroll; jj++) {
+			const int64_t	p = p0 + jj;
+
+#pragma GCC unroll 4
+			for (i = 0; i < mr; i++)
+				_mm_prefetch((const char *)row[i] + PF_DIST(kind, mr, rb) +
+				    step_bytes * p, _MM_HINT_T0);
+#pragma GCC unroll 4
+			for (i = 0; i < mr; i++) {
+				if (!k256) {
+					unpack_b32(kind, row[i], p, nb, &u[i], &ws[i],
+					    bmin[bmins ? i : 0]);
+					continue;
+				}
+				const uint8_t *sb = row[i] + sbb * (p >> 2);
+				if (jj == 0)
+					ksetup(kind, sb, &ksc[i], &kmn[i],
+					    &bmin[bmins ? i : 0][bmins ? 2 * p : 0]);
+				u[i] = unpack_k256(kind, sb, jj);
+				/* Lane l of step jj is sub-block 4jj + l / 4 of 16. */
+				__m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * jj), quarter);
+				ws[i] = _mm512_permutexvar_ps(idx, ksc[i]);
+				if (lmins)
+					wm[i] = _mm512_permutexvar_ps(idx, kmn[i]);
+			}
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++) {
+				__m512i	x = _mm512_load_si512(xq[j] + 64 * p);
+				__m512	d = _mm512_loadu_ps(dl[j] + 16 * p);
+				__m512i	b0 = bmins ? _mm512_setzero_si512() :
+					    _mm512_loadu_si512(bias[j] + 16 * p);
+				__m512	bf = lmins ? _mm512_cvtepi32_ps(b0) : _mm512_setzero_ps();
+
+#pragma GCC unroll 4
+				for (i = 0; i < mr; i++) {
+					__m512i s = _mm512_dpbusd_epi32(lmins ?
+					    _mm512_setzero_si512() : b0, u[i], x);
+					acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+					    _mm512_mul_ps(ws[i], d), acc[i][j]);
+					if (lmins)
+						acc[i][j] = _mm512_fmadd_ps(bf,
+						    _mm512_mul_ps(wm[i], d), acc[i][j]);
+				}
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < mr; i++)
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			float v = hsum512(acc[i][j]);
+
+			if (bmins) {
+				/* s and the mins are zero past the last block. */
+				const float	*sa = a->s + (size_t)(t0 + j) * (stride / 32);
+				__m256		 am = _mm256_setzero_ps();
+				int64_t		 k;
+
+				for (k = 0; k < nb; k += 8)
+					am = _mm256_fmadd_ps(_mm256_loadu_ps(bmin[i] + k),
+					    _mm256_maskz_loadu_ps(nb - k >= 8 ? 0xff :
+					    (__mmask8)((1u << (nb - k)) - 1), sa + k), am);
+				v += hsum256(am);
+			}
+			y[(size_t)(t0 + j) * ldy + r0 + i] = v;
+		}
+}
+
+/* As DISPATCH, for ext_tile. */
+#define EDISPATCH(fn, kind)						\
+static void								\
+fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	int	i;							\
+									\
+	if (mr == MR && nr > 1) {					\
+		switch (nr) {						\
+		case 2: ext_tile(kind, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
+		case 3: ext_tile(kind, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
+		default: ext_tile(kind, w, rb, cols, r0, MR, a, t0, 4, y, ldy); return; \
+		}							\
+	}								\
+	for (i = 0; i < mr; i++) {					\
+		switch (nr) {						\
+		case 1: ext_tile(kind, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
+		case 2: ext_tile(kind, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
+		case 3: ext_tile(kind, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
+		default: ext_tile(kind, w, rb, cols, r0 + i, 1, a, t0, 4, y, ldy); break; \
+		}							\
+	}								\
+}
+
+EDISPATCH(avx512_q4_1, K_Q4_1)
+EDISPATCH(avx512_q5_0, K_Q5_0)
+EDISPATCH(avx512_q5_1, K_Q5_1)
+EDISPATCH(avx512_iq4_nl, K_IQ4_NL)
+EDISPATCH(avx512_q2_k, K_Q2_K)
+EDISPATCH(avx512_q3_k, K_Q3_K)
+EDISPATCH(avx512_q5_k, K_Q5_K)
+EDISPATCH(avx512_iq4_xs, K_IQ4_XS)
 
 /* 16 weights of a float row at column c as f32 (masked past the end). */
 AI __m512
@@ -723,6 +1064,14 @@ quant_kernel_avx512(uint32_t type)
 		k.fn = avx512_q6_k;
 		k.fill = avx512_act_fill;
 		break;
+	case TT_Q4_1: k.fn = avx512_q4_1; k.fill = avx512_act_fill; break;
+	case TT_Q5_0: k.fn = avx512_q5_0; k.fill = avx512_act_fill; break;
+	case TT_Q5_1: k.fn = avx512_q5_1; k.fill = avx512_act_fill; break;
+	case TT_IQ4_NL: k.fn = avx512_iq4_nl; k.fill = avx512_act_fill; break;
+	case TT_Q2_K: k.fn = avx512_q2_k; k.fill = avx512_act_fill; break;
+	case TT_Q3_K: k.fn = avx512_q3_k; k.fill = avx512_act_fill; break;
+	case TT_Q5_K: k.fn = avx512_q5_k; k.fill = avx512_act_fill; break;
+	case TT_IQ4_XS: k.fn = avx512_iq4_xs; k.fill = avx512_act_fill; break;
 	}
 	return (k);
 }

@@ -149,6 +149,14 @@ cuda_type_ok(uint32_t type)
 	case TT_Q4_0:
 	case TT_Q4_K:
 	case TT_Q6_K:
+	case TT_Q4_1:
+	case TT_Q5_0:
+	case TT_Q5_1:
+	case TT_IQ4_NL:
+	case TT_Q2_K:
+	case TT_Q3_K:
+	case TT_Q5_K:
+	case TT_IQ4_XS:
 		return (1);
 	}
 	return (0);

@@ -224,6 +224,170 @@ load8<TT_Q6_K>(const uint8_t *row, int c, float *v)
 	}
 }
 
+/*
+ * Entry q of the IQ4_NL / IQ4_XS code book (-127, -104, -83, -65, -49, -35,
+ * -22, -10, 1, 13, 25, 38, 53, 69, 89, 113), packed in two 64-bit
+ * constants so no table in memory is needed.
+ */
+__device__ __forceinline__ float
+iq4_book(int q)
+{
+	uint64_t w = q < 8 ? 0xF6EADDCFBFAD9881ULL : 0x7159453526190D01ULL;
+
+	return (float)(int8_t)(uint8_t)(w >> (8 * (q & 7)));
+}
+
+/* Little-endian 32-bit value of 4 bytes read one at a time (any alignment). */
+__device__ __forceinline__ uint32_t
+ld_u32b(const uint8_t *p)
+{
+	return (uint32_t)__ldg(p) | (uint32_t)__ldg(p + 1) << 8 |
+	    (uint32_t)__ldg(p + 2) << 16 | (uint32_t)__ldg(p + 3) << 24;
+}
+
+/*
+ * The 32-element types beyond Q4_0: chunk c is quarter j = c & 3 of block
+ * c >> 2, elements 8j..8j+7, the low nibbles of code bytes 8(j & 1).. for
+ * j < 2 and their high nibbles for j >= 2; the fifth bit of element e is
+ * bit e of qh.  Q4_1 (20 bytes: d, m, qs) and Q5_1 (24: d, m, qh, qs) are
+ * d * q + m, Q5_0 (22: d, qh, qs) d * (q - 16), IQ4_NL (18: d, qs)
+ * d * book[q].  Blocks are only 2-byte aligned, so bytes are read singly.
+ */
+template <uint32_t T>
+__device__ __forceinline__ void
+load8_b32(const uint8_t *row, int c, float *v)
+{
+	const int	 bb = T == TT_Q4_1 ? 20 : T == TT_Q5_0 ? 22 : T == TT_Q5_1 ? 24 : 18;
+	const int	 qo = T == TT_Q4_1 ? 4 : T == TT_Q5_0 ? 6 : T == TT_Q5_1 ? 8 : 2;
+	const uint8_t	*b = row + (size_t)(c >> 2) * bb;
+	int		 j = c & 3, shift = (j & 2) ? 4 : 0;
+	float		 d = ld_f16(b), m = 0;
+	uint32_t	 qh = 0;
+
+	if (T == TT_Q4_1 || T == TT_Q5_1)
+		m = ld_f16(b + 2);
+	if (T == TT_Q5_0 || T == TT_Q5_1)
+		qh = ld_u32b(b + qo - 4) >> (8 * j);
+	for (int k = 0; k < 8; k++) {
+		int q = (__ldg(b + qo + 8 * (j & 1) + k) >> shift) & 15;
+		q |= (int)((qh >> k) & 1) << 4;
+		if (T == TT_IQ4_NL)
+			v[k] = d * iq4_book(q);
+		else if (T == TT_Q5_0)
+			v[k] = d * (float)(q - 16);
+		else
+			v[k] = d * (float)q + m;
+	}
+}
+
+/* Q4_1: see load8_b32. */
+template <>
+__device__ __forceinline__ void
+load8<TT_Q4_1>(const uint8_t *row, int c, float *v) { load8_b32<TT_Q4_1>(row, c, v); }
+/* Q5_0: see load8_b32. */
+template <>
+__device__ __forceinline__ void
+load8<TT_Q5_0>(const uint8_t *row, int c, float *v) { load8_b32<TT_Q5_0>(row, c, v); }
+/* Q5_1: see load8_b32. */
+template <>
+__device__ __forceinline__ void
+load8<TT_Q5_1>(const uint8_t *row, int c, float *v) { load8_b32<TT_Q5_1>(row, c, v); }
+/* IQ4_NL: see load8_b32. */
+template <>
+__device__ __forceinline__ void
+load8<TT_IQ4_NL>(const uint8_t *row, int c, float *v) { load8_b32<TT_IQ4_NL>(row, c, v); }
+
+/*
+ * Q2_K (84 bytes: scales[16], qs[64], d, dmin) and Q3_K (110: hmask[32],
+ * qs[64], 12 bytes of 6-bit scales, d): in half h element 32j + l takes
+ * bits 2j..2j+1 of qs[32h + l]; the 8 elements of a chunk share a 16-element
+ * sub-block k.  Q2_K: d * (scales[k] & 15) * q - dmin * (scales[k] >> 4).
+ * Q3_K: d * (scale_k - 32) * (q - 4 unless bit 4h + j of hmask[l]).
+ */
+template <>
+__device__ __forceinline__ void
+load8<TT_Q2_K>(const uint8_t *row, int c, float *v)
+{
+	const uint8_t	*b = row + (size_t)(c >> 5) * 84;
+	int		 e0 = 8 * (c & 31), h = e0 >> 7, j = (e0 >> 5) & 3, l0 = e0 & 31;
+	int		 sm = __ldg(b + (e0 >> 4));
+	float		 dl = ld_f16(b + 80) * (float)(sm & 15);
+	float		 ml = ld_f16(b + 82) * (float)(sm >> 4);
+
+	for (int k = 0; k < 8; k++)
+		v[k] = dl * (float)((__ldg(b + 16 + 32 * h + l0 + k) >> (2 * j)) & 3) - ml;
+}
+
+template <>
+__device__ __forceinline__ void
+load8<TT_Q3_K>(const uint8_t *row, int c, float *v)
+{
+	const uint8_t	*b = row + (size_t)(c >> 5) * 110, *s = b + 96;
+	int		 e0 = 8 * (c & 31), h = e0 >> 7, j = (e0 >> 5) & 3, l0 = e0 & 31;
+	int		 sb = e0 >> 4, sc;
+	float		 dl;
+
+	sc = sb < 8 ? __ldg(s + sb) & 15 : __ldg(s + sb - 8) >> 4;
+	sc |= ((__ldg(s + 8 + sb % 4) >> (2 * (sb / 4))) & 3) << 4;
+	dl = ld_f16(b + 108) * (float)(sc - 32);
+	for (int k = 0; k < 8; k++) {
+		int q = (__ldg(b + 32 + 32 * h + l0 + k) >> (2 * j)) & 3;
+		if (!(__ldg(b + l0 + k) & (1 << (4 * h + j))))
+			q -= 4;
+		v[k] = dl * (float)q;
+	}
+}
+
+/*
+ * Q5_K (176 bytes: d, dmin, scales[12] as Q4_K, qh[32], qs[128]): Q4_K's
+ * codes plus a fifth bit, bit i of qh[l] for element 32i + l.
+ */
+template <>
+__device__ __forceinline__ void
+load8<TT_Q5_K>(const uint8_t *row, int c, float *v)
+{
+	const uint8_t	*b = row + (size_t)(c >> 5) * 176, *s = b + 4;
+	int		 e0 = 8 * (c & 31), j = e0 >> 5, g = e0 >> 6, l0 = e0 & 31;
+	int		 shift = (e0 & 32) ? 4 : 0, sc, mn;
+	float		 dd, dm;
+
+	if (j < 4) {
+		sc = __ldg(s + j) & 63;
+		mn = __ldg(s + j + 4) & 63;
+	} else {
+		sc = (__ldg(s + j + 4) & 15) | ((__ldg(s + j - 4) >> 6) << 4);
+		mn = (__ldg(s + j + 4) >> 4) | ((__ldg(s + j) >> 6) << 4);
+	}
+	dd = ld_f16(b) * (float)sc;
+	dm = ld_f16(b + 2) * (float)mn;
+	for (int k = 0; k < 8; k++) {
+		int q = (__ldg(b + 48 + 32 * g + l0 + k) >> shift) & 15;
+		q |= ((__ldg(b + 16 + l0 + k) >> j) & 1) << 4;
+		v[k] = dd * (float)q - dm;
+	}
+}
+
+/*
+ * IQ4_XS (136 bytes: d, scales_h u16, scales_l[4], qs[128]): sub-block j
+ * of 32 scaled by d * (6-bit scale - 32), codes in IQ4_NL's nibble order.
+ */
+template <>
+__device__ __forceinline__ void
+load8<TT_IQ4_XS>(const uint8_t *row, int c, float *v)
+{
+	const uint8_t	*b = row + (size_t)(c >> 5) * 136;
+	int		 e0 = 8 * (c & 31), j = e0 >> 5, i0 = e0 & 31;
+	int		 sh = __ldg(b + 2) | (__ldg(b + 3) << 8), ls;
+	int		 shift = i0 >= 16 ? 4 : 0;
+	float		 dl;
+
+	ls = ((__ldg(b + 4 + j / 2) >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4);
+	dl = ld_f16(b) * (float)(ls - 32);
+	for (int k = 0; k < 8; k++)
+		v[k] = dl * iq4_book((__ldg(b + 8 + 16 * j + (i0 & 15) + k) >>
+		    shift) & 15);
+}
+
 /* Return the last launch error as a launcher's result. */
 static inline int
 launch_result(void)
@@ -251,6 +415,14 @@ is_aligned(const void *p, size_t a)
 	case TT_Q4_0: F<TT_Q4_0>(__VA_ARGS__); break;			\
 	case TT_Q4_K: F<TT_Q4_K>(__VA_ARGS__); break;			\
 	case TT_Q6_K: F<TT_Q6_K>(__VA_ARGS__); break;			\
+	case TT_Q4_1: F<TT_Q4_1>(__VA_ARGS__); break;			\
+	case TT_Q5_0: F<TT_Q5_0>(__VA_ARGS__); break;			\
+	case TT_Q5_1: F<TT_Q5_1>(__VA_ARGS__); break;			\
+	case TT_IQ4_NL: F<TT_IQ4_NL>(__VA_ARGS__); break;		\
+	case TT_Q2_K: F<TT_Q2_K>(__VA_ARGS__); break;			\
+	case TT_Q3_K: F<TT_Q3_K>(__VA_ARGS__); break;			\
+	case TT_Q5_K: F<TT_Q5_K>(__VA_ARGS__); break;			\
+	case TT_IQ4_XS: F<TT_IQ4_XS>(__VA_ARGS__); break;		\
 	default: return (int)cudaErrorInvalidValue;			\
 	}								\
 } while (0)

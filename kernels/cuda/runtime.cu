@@ -80,6 +80,17 @@ fill_scale_kernel(uint8_t *dst, size_t n_blocks, uint32_t block_bytes,
 		*(__half *)(dst + i * block_bytes + off) = __float2half_rn(value);
 }
 
+/* Set the half at byte off of every block to value. */
+static void
+fill_scale(void *dst, size_t n_blocks, uint32_t block_bytes, uint32_t off,
+    float value, cuda_stream_t stream)
+{
+	unsigned	grid = (unsigned)((n_blocks + 255) / 256);
+
+	fill_scale_kernel<<<grid, 256, 0, stream>>>((uint8_t *)dst, n_blocks,
+	    block_bytes, off, value);
+}
+
 /* Fill a buffer with reproducible random elements of a GGUF type. */
 extern "C" int
 cuda_fill_random(void *dst, uint32_t type, size_t n_elems, float scale,
@@ -123,6 +134,33 @@ cuda_fill_random(void *dst, uint32_t type, size_t n_elems, float scale,
 		fill_scale_kernel<<<grid, 256, 0, stream>>>((uint8_t *)dst,
 		    n_blocks, ti->block_bytes, 208, scale / (128 * 32));
 		break;
+	case TT_Q4_1:	/* d * 15 + m, m = -scale / 2 at most */
+	case TT_Q5_1:
+		fill_scale(dst, n_blocks, ti->block_bytes, 0,
+		    scale / (type == TT_Q4_1 ? 15 : 31), stream);
+		fill_scale(dst, n_blocks, ti->block_bytes, 2, scale / 2, stream);
+		break;
+	case TT_Q5_0:	/* |q - 16| <= 16 */
+		fill_scale(dst, n_blocks, ti->block_bytes, 0, scale / 16, stream);
+		break;
+	case TT_IQ4_NL:	/* |book| <= 127 */
+		fill_scale(dst, n_blocks, ti->block_bytes, 0, scale / 127, stream);
+		break;
+	case TT_IQ4_XS:	/* |scale - 32| <= 32, |book| <= 127 */
+		fill_scale(dst, n_blocks, ti->block_bytes, 0, scale / (127 * 32), stream);
+		break;
+	case TT_Q2_K:	/* d * 15 * 3 and dmin * 15 */
+		fill_scale(dst, n_blocks, ti->block_bytes, 80, scale / (15 * 3), stream);
+		fill_scale(dst, n_blocks, ti->block_bytes, 82, scale / (15 * 2), stream);
+		break;
+	case TT_Q3_K:	/* |scale - 32| <= 32, |q - 4| <= 4 */
+		fill_scale(dst, n_blocks, ti->block_bytes, 108, scale / (32 * 4), stream);
+		break;
+	case TT_Q5_K:	/* d * 63 * 31 and dmin * 63 */
+		fill_scale(dst, n_blocks, ti->block_bytes, 0, scale / (63 * 31), stream);
+		fill_scale(dst, n_blocks, ti->block_bytes, 2, scale / (63 * 2), stream);
+		break;
+
 	default:
 		return (int)cudaErrorInvalidValue;
 	}

@@ -134,6 +134,29 @@ rand_weights(uint32_t type, size_t n_elems, float scale)
 		case TT_Q6_K:
 			put_f16(p + 208, scale / (128 * 32));
 			break;
+		case TT_Q4_1:
+		case TT_Q5_1:
+			put_f16(p, scale / (type == TT_Q4_1 ? 15 : 31));
+			put_f16(p + 2, -scale / 2);
+			break;
+		case TT_Q5_0:
+			put_f16(p, scale / 16);
+			break;
+		case TT_IQ4_NL:
+		case TT_IQ4_XS:
+			put_f16(p, scale / (127 * (type == TT_IQ4_XS ? 32 : 1)));
+			break;
+		case TT_Q2_K:
+			put_f16(p + 80, scale / (15 * 3));
+			put_f16(p + 82, scale / (15 * 2));
+			break;
+		case TT_Q3_K:
+			put_f16(p + 108, scale / (32 * 4));
+			break;
+		case TT_Q5_K:
+			put_f16(p, scale / (63 * 31));
+			put_f16(p + 2, scale / (63 * 2));
+			break;
 		}
 	}
 	return b;
@@ -327,7 +350,8 @@ test_convert(void)
 }
 
 static const uint32_t all_types[] = { TT_F32, TT_F16, TT_BF16, TT_Q8_0,
-	TT_Q4_0, TT_Q4_K, TT_Q6_K };
+	TT_Q4_0, TT_Q4_K, TT_Q6_K, TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_IQ4_NL, TT_Q2_K,
+	TT_Q3_K, TT_Q5_K, TT_IQ4_XS };
 #define N_TYPES	(sizeof all_types / sizeof all_types[0])
 
 /* Embedding rows of every type, with ids out of range. */
@@ -561,9 +585,26 @@ test_matmul(void)
 	cuda_blas_set_qmv_max_batch(b, 64);
 	matmul_case(b, TT_Q6_K, CUDA_ACT_F32, 64, 512, 50, "qmv");
 	cuda_blas_set_qmv_max_batch(b, CUDA_QMV_MAX_BATCH_DEFAULT);
+	/* The types beyond the first seven, both paths each. */
+	matmul_case(b, TT_Q4_1, CUDA_ACT_F32, 3, 512, 70, "qmv");
+	matmul_case(b, TT_Q5_0, CUDA_ACT_F32, 2, 512, 70, "qmv");
+	matmul_case(b, TT_Q5_1, CUDA_ACT_F32, 1, 512, 70, "qmv");
+	matmul_case(b, TT_IQ4_NL, CUDA_ACT_F32, 3, 512, 70, "qmv");
+	matmul_case(b, TT_Q2_K, CUDA_ACT_F32, 3, 512, 70, "qmv");
+	matmul_case(b, TT_Q3_K, CUDA_ACT_F32, 2, 768, 70, "qmv");
+	matmul_case(b, TT_Q5_K, CUDA_ACT_F32, 1, 512, 70, "qmv");
+	matmul_case(b, TT_IQ4_XS, CUDA_ACT_F32, 3, 512, 70, "qmv");
+	matmul_case(b, TT_Q4_1, CUDA_ACT_F32, 33, 256, 40, "deq+gemm");
+	matmul_case(b, TT_Q5_0, CUDA_ACT_BF16, 33, 256, 40, "deq+gemm");
+	matmul_case(b, TT_Q5_1, CUDA_ACT_F32, 33, 256, 40, "deq+gemm");
+	matmul_case(b, TT_IQ4_NL, CUDA_ACT_F32, 33, 256, 40, "deq+gemm");
+	matmul_case(b, TT_Q2_K, CUDA_ACT_F32, 33, 512, 40, "deq+gemm");
+	matmul_case(b, TT_Q3_K, CUDA_ACT_BF16, 33, 256, 40, "deq+gemm");
+	matmul_case(b, TT_Q5_K, CUDA_ACT_F32, 33, 256, 40, "deq+gemm");
+	matmul_case(b, TT_IQ4_XS, CUDA_ACT_F32, 33, 512, 40, "deq+gemm");
 
 	dy = to_dev(NULL, 64);
-	is_int(cuda_matmul_forward(b, dy, dy, CUDA_ACT_F32, dy, 13, 1, 256, 1),
+	is_int(cuda_matmul_forward(b, dy, dy, CUDA_ACT_F32, dy, 17, 1, 256, 1),
 	    1, "matmul refuses an unsupported weight type");
 	is_int(cuda_matmul_forward(b, dy, dy, CUDA_ACT_F32, dy, TT_Q4_K, 1, 100,
 	    1), 1, "matmul refuses rows that are not whole blocks");

@@ -516,9 +516,9 @@ test_cases(void)
 	expect_fail("type 99", &s, "tensor 'a': type 99 is not a GGUF tensor type");
 	s.t[0].type = 4;
 	expect_fail("type 4 (removed from GGUF)", &s, "tensor 'a': type 4 is not a GGUF tensor type");
-	s.t[0].type = 13;
+	s.t[0].type = 17;
 	s.t[0].ne[0] = 256;
-	expect_fail("Q5_K", &s, "unsupported tensor type Q5_K for tensor 'a'");
+	expect_fail("IQ2_XS", &s, "unsupported tensor type IQ2_XS for tensor 'a'");
 	spec_default(&s);
 	s.t[1].ne[0] = 33;
 	expect_fail("Q4_0 ne0 33", &s,

@@ -8,6 +8,7 @@
 #include "tensor_type.h"
 #include "ref.h"
 #include "tap.h"
+#include "kernel-testutil.h"
 
 /* Store a half little-endian at p. */
 static void
@@ -148,7 +149,7 @@ test_dequant(void)
 	b[0] = 0x80; b[1] = 0x3f; b[2] = 0x00; b[3] = 0xc0;
 	ref_dequant_row(TT_BF16, b, y, 2);
 	ok(y[0] == 1.0f && y[1] == -2.0f, "bf16 row");
-	is_int(ref_dequant_row(13, b, y, 256), -1, "q5_k is not supported");
+	is_int(ref_dequant_row(17, b, y, 256), -1, "iq2_xs is not supported");
 }
 
 /* RMSNorm, RoPE, SwiGLU, add. */
@@ -279,11 +280,35 @@ test_sample(void)
 	near((double)counts[2] / n, exp(2.0) / z, 0.015, "sampling frequency of logit 2");
 }
 
+/*
+ * The types added after the first seven: the reference decoder agrees
+ * exactly with the CPU kernels' dequantize_row (written separately) on
+ * random blocks with sane scales.
+ */
+static void
+test_dequant_more(void)
+{
+	static const uint32_t types[] = { TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_IQ4_NL,
+	    TT_Q2_K, TT_Q3_K, TT_Q5_K, TT_IQ4_XS };
+	uint8_t		row[4 * 1024];
+	float		a[1024], c[1024];
+	size_t		t;
+
+	for (t = 0; t < sizeof types / sizeof types[0]; t++) {
+		ktu_fill_row(types[t], row, 1024);
+		dequantize_row(types[t], row, c, 1024);
+		ok(ref_dequant_row(types[t], row, a, 1024) == 0 &&
+		    memcmp(a, c, sizeof a) == 0, "%s: reference dequantization "
+		    "equals the CPU one", tensor_type_name(types[t]));
+	}
+}
+
 int
 main(void)
 {
 	test_convert();
 	test_dequant();
+	test_dequant_more();
 	test_elementwise();
 	test_embedding_matmul();
 	test_attention();

@@ -146,7 +146,7 @@ main(void)
 	like(cause, "not a multiple of the block size 256", "error names the block size");
 	free(cause);
 	cause = NULL;
-	m = qmat_create(6, 4, 256, buf, &cause);
+	m = qmat_create(17, 4, 256, buf, &cause);
 	ok(m == NULL, "qmat_create rejects an unsupported type");
 	like(cause, "not supported", "error says the type is not supported");
 	free(cause);

@@ -88,6 +88,80 @@ ref_elem(uint32_t type, const uint8_t *p, int64_t i)
 		return (half_value(u16(blk + 208)) * (int8_t)blk[192 + e / 16] *
 		    (lo + 16 * hi - 32));
 	}
+	case TT_Q4_1:
+	case TT_Q5_1: {
+		/* d, m, [qh u32,] qs[16]: x = d * q + m */
+		int w = type == TT_Q4_1 ? 20 : 24;
+		const uint8_t *blk = p + w * (i / 32);
+		const uint8_t *qs = blk + (type == TT_Q4_1 ? 4 : 8);
+		k = i % 32;
+		int q = k < 16 ? qs[k] % 16 : qs[k - 16] / 16;
+		if (type == TT_Q5_1)
+			q += 16 * ((blk[4 + k / 8] >> (k % 8)) & 1);
+		return (half_value(u16(blk)) * q + half_value(u16(blk + 2)));
+	}
+	case TT_Q5_0: {
+		const uint8_t *blk = p + 22 * (i / 32);
+		k = i % 32;
+		int q = k < 16 ? blk[6 + k] % 16 : blk[6 + k - 16] / 16;
+		q += 16 * ((blk[2 + k / 8] >> (k % 8)) & 1);
+		return (half_value(u16(blk)) * (q - 16));
+	}
+	case TT_IQ4_NL: {
+		static const int cb[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
+		    1, 13, 25, 38, 53, 69, 89, 113 };
+		const uint8_t *blk = p + 18 * (i / 32);
+		k = i % 32;
+		return (half_value(u16(blk)) * cb[k < 16 ? blk[2 + k] % 16 :
+		    blk[2 + k - 16] / 16]);
+	}
+	case TT_IQ4_XS: {
+		static const int cb[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
+		    1, 13, 25, 38, 53, 69, 89, 113 };
+		const uint8_t *blk = p + 136 * (i / 256);
+		int e = i % 256, sub = e / 32, r = e % 32;
+		/* 6-bit scale: low 4 bits in scales_l nibbles, high 2 in scales_h. */
+		int ls = (blk[4 + sub / 2] >> (4 * (sub % 2))) % 16 +
+		    16 * ((u16(blk + 2) >> (2 * sub)) % 4);
+		int code = blk[8 + 16 * sub + r % 16];
+		code = r < 16 ? code % 16 : code / 16;
+		return (half_value(u16(blk)) * (ls - 32) * cb[code]);
+	}
+	case TT_Q2_K: {
+		/* scales[16] (scale | min << 4), qs[64], d, dmin */
+		const uint8_t *blk = p + 84 * (i / 256);
+		int e = i % 256, half = e / 128, r = e % 128;
+		int q = (blk[16 + 32 * half + r % 32] >> (2 * (r / 32))) % 4;
+		int sm = blk[e / 16];
+		return (half_value(u16(blk + 80)) * (sm % 16) * q -
+		    half_value(u16(blk + 82)) * (sm / 16));
+	}
+	case TT_Q3_K: {
+		/* hmask[32], qs[64], scales[12], d; high bit set means +0, clear -4 */
+		const uint8_t *blk = p + 110 * (i / 256), *s = blk + 96;
+		int e = i % 256, half = e / 128, r = e % 128, sub = e / 16;
+		int q = (blk[32 + 32 * half + r % 32] >> (2 * (r / 32))) % 4;
+		int hb = (blk[r % 32] >> (4 * half + r / 32)) % 2;
+		int sc = (sub < 8 ? s[sub] % 16 : s[sub - 8] / 16) +
+		    16 * ((s[8 + sub % 4] >> (2 * (sub / 4))) % 4);
+		return (half_value(u16(blk + 108)) * (sc - 32) * (q - (hb ? 0 : 4)));
+	}
+	case TT_Q5_K: {
+		/* d, dmin, scales[12] (as Q4_K), qh[32], qs[128] */
+		const uint8_t *blk = p + 176 * (i / 256), *s = blk + 4;
+		int e = i % 256, sub = e / 32, sc, mn, code;
+		if (sub < 4) {
+			sc = s[sub] % 64;
+			mn = s[sub + 4] % 64;
+		} else {
+			sc = s[sub + 4] % 16 + 16 * (s[sub - 4] / 64);
+			mn = s[sub + 4] / 16 + 16 * (s[sub] / 64);
+		}
+		code = blk[48 + 32 * (e / 64) + e % 32];
+		code = (e % 64) < 32 ? code % 16 : code / 16;
+		code += 16 * ((blk[16 + e % 32] >> sub) % 2);
+		return (half_value(u16(blk)) * sc * code - half_value(u16(blk + 2)) * mn);
+	}
 	}
 	return (NAN);
 }

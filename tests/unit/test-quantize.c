@@ -29,6 +29,106 @@ h2d(const uint8_t *p)
 	return ((h & 0x8000) ? -v : v);
 }
 
+static const int book[16] = {
+	-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+};
+
+/* Nibble k (0..31) of a 32-element block: low nibbles first. */
+static int
+nib(const uint8_t *qs, int k)
+{
+	return (k < 16 ? qs[k] % 16 : qs[k - 16] / 16);
+}
+
+/* Bit k of a little-endian bit string. */
+static int
+bit(const uint8_t *p, int k)
+{
+	return ((p[k / 8] >> (k % 8)) & 1);
+}
+
+/* Decode the types beyond the first seven. */
+static void
+decode_more(uint32_t type, const uint8_t *p, double *y, int64_t n)
+{
+	int64_t	b;
+	int	e, j, sc, mn, q, sub;
+
+	switch (type) {
+	case TT_Q4_1:
+		for (b = 0; b < n / 32; b++, p += 20)
+			for (e = 0; e < 32; e++)
+				y[32 * b + e] = h2d(p) * nib(p + 4, e) + h2d(p + 2);
+		break;
+	case TT_Q5_1:
+		for (b = 0; b < n / 32; b++, p += 24)
+			for (e = 0; e < 32; e++)
+				y[32 * b + e] = h2d(p) * (nib(p + 8, e) + 16 * bit(p + 4, e)) +
+				    h2d(p + 2);
+		break;
+	case TT_Q5_0:
+		for (b = 0; b < n / 32; b++, p += 22)
+			for (e = 0; e < 32; e++)
+				y[32 * b + e] = h2d(p) * (nib(p + 6, e) + 16 * bit(p + 2, e) - 16);
+		break;
+	case TT_IQ4_NL:
+		for (b = 0; b < n / 32; b++, p += 18)
+			for (e = 0; e < 32; e++)
+				y[32 * b + e] = h2d(p) * book[nib(p + 2, e)];
+		break;
+	case TT_IQ4_XS:
+		for (b = 0; b < n / 256; b++, p += 136)
+			for (e = 0; e < 256; e++) {
+				sub = e / 32;
+				sc = (p[4 + sub / 2] >> (4 * (sub % 2))) % 16 +
+				    16 * (bit(p + 2, 2 * sub) + 2 * bit(p + 2, 2 * sub + 1));
+				y[256 * b + e] = h2d(p) * (sc - 32) *
+				    book[nib(p + 8 + 16 * sub, e % 32)];
+			}
+		break;
+	case TT_Q2_K:
+		for (b = 0; b < n / 256; b++, p += 84)
+			for (e = 0; e < 256; e++) {
+				q = (p[16 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) % 4;
+				y[256 * b + e] = h2d(p + 80) * (p[e / 16] % 16) * q -
+				    h2d(p + 82) * (p[e / 16] / 16);
+			}
+		break;
+	case TT_Q3_K:
+		for (b = 0; b < n / 256; b++, p += 110)
+			for (e = 0; e < 256; e++) {
+				const uint8_t *s = p + 96;
+				sub = e / 16;
+				sc = (sub < 8 ? s[sub] % 16 : s[sub - 8] / 16) +
+				    16 * ((s[8 + sub % 4] >> (2 * (sub / 4))) % 4);
+				q = (p[32 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) % 4;
+				/* hmask[l], bit 4h + j */
+				q += 4 * ((p[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) % 2);
+				y[256 * b + e] = h2d(p + 108) * (sc - 32) * (q - 4);
+			}
+		break;
+	case TT_Q5_K:
+		for (b = 0; b < n / 256; b++, p += 176) {
+			const uint8_t *s = p + 4;
+			for (j = 0; j < 8; j++) {
+				if (j < 4) {
+					sc = s[j] & 63;
+					mn = s[j + 4] & 63;
+				} else {
+					sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+					mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+				}
+				for (e = 0; e < 32; e++) {
+					q = (p[48 + 32 * (j / 2) + e] >> (4 * (j & 1))) & 15;
+					q += 16 * ((p[16 + e] >> j) & 1);
+					y[256 * b + 32 * j + e] = h2d(p) * sc * q - h2d(p + 2) * mn;
+				}
+			}
+		}
+		break;
+	}
+}
+
 /* Decode a row of any supported type to doubles, straight from the layout. */
 static void
 decode(uint32_t type, const uint8_t *p, double *y, int64_t n)
@@ -98,6 +198,9 @@ decode(uint32_t type, const uint8_t *p, double *y, int64_t n)
 				    (int8_t)p[192 + i / 16] * (q - 32);
 			}
 		}
+		break;
+	default:
+		decode_more(type, p, y, n);
 		break;
 	}
 }
@@ -173,7 +276,7 @@ test_f16(void)
 	for (i = 0; i < 8; i++)
 		ok(h2d(out + 2 * i) == want[i], "f16 of %g is %g (got %g)",
 		    in[i], want[i], h2d(out + 2 * i));
-	ok(quantize_row(13, in, out, 256) == 0, "Q5_K refused");
+	ok(quantize_row(17, in, out, 256) == 0, "IQ2_XS refused");
 }
 
 /* Run the checks. */
@@ -187,6 +290,16 @@ main(void)
 	roundtrip(TT_Q4_0, 1.0 / 7.5);
 	roundtrip(TT_Q4_K, 1.0 / 14);
 	roundtrip(TT_Q6_K, 1.0 / 31);
+	roundtrip(TT_Q4_1, 1.0 / 14);
+	roundtrip(TT_Q5_0, 1.0 / 15);
+	roundtrip(TT_Q5_1, 1.0 / 29);
+	roundtrip(TT_Q2_K, 1.0 / 2.5);
+	/* Codes -4..3: the extreme opposite the largest one may clip a step. */
+	roundtrip(TT_Q3_K, 1.0 / 3.5);
+	roundtrip(TT_Q5_K, 1.0 / 28);
+	/* The code book's widest gap is 23 of 240. */
+	roundtrip(TT_IQ4_NL, 1.0 / 7.5);
+	roundtrip(TT_IQ4_XS, 1.0 / 7.5);
 	test_f16();
 	done_testing();
 }
