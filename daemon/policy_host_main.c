@@ -260,7 +260,8 @@ main(int argc, char **argv)
 	struct stat	 st;
 	uint64_t	 one = 1, v;
 	long		 ppid;
-	int		 rc;
+	int		 rc, dfd;
+	char		 dirpath[64];
 
 	if (argc != 4) {
 		dprintf(2, "usage: phased-policy-host PLUGINDIR NAME PPID "
@@ -280,6 +281,18 @@ main(int argc, char **argv)
 	    pchan_size(hdr->cap) > (size_t)st.st_size)
 		die("channel mapping");
 	close(PCHAN_FD_MEM);
+	/*
+	 * Once root is dropped the plugin directory may be out of reach (a
+	 * build under a private home or temporary directory): reach it
+	 * through a descriptor opened now, which skips its ancestors.
+	 */
+	if (getuid() == 0 || geteuid() == 0) {
+		if ((dfd = open(argv[1], O_PATH | O_DIRECTORY)) != -1) {
+			snprintf(dirpath, sizeof dirpath, "/proc/self/fd/%d",
+			    dfd);
+			argv[1] = dirpath;
+		}
+	}
 	drop_privileges();
 	install_filter(1);
 	for (;;) {
