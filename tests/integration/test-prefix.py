@@ -192,6 +192,26 @@ try:
 except OSError as ex:
     ok(False, "HTTP completion on %s" % HS, ex)
 
+# phasectl bench --scenario multiturn: every turn after the first reuses its history.
+rc, out, err = d.ctl("--json", "bench", "pc", "--scenario", "multiturn", "--conversations", "2",
+                     "--turns", "3", "--prompt-len", "48", "--chat-prompt-len", "16",
+                     "--output-len", "16", "--quiet")
+try:
+    rep = json.loads(out)
+    mt = rep["multiturn"]
+except (ValueError, KeyError):
+    rep, mt = {}, {"per_turn": []}
+ok(rc == 0 and rep.get("requests") == 6 and rep.get("errors") == 0,
+   "multiturn bench: 2 conversations of 3 turns", (rc, out, err))
+pt = mt["per_turn"]
+ok(len(pt) == 3 and pt[0]["cached_tokens"] == 0 and pt[1]["prompt_tokens"] == 48 + 16 + 16
+   and all(t["cached_tokens"] >= t["prompt_tokens"] - 16 - 16 for t in pt[1:]),
+   "each later turn resends the history and finds all but the newest part cached", pt)
+ok(mt.get("computed_prompt_tokens", -1) + mt.get("cached_tokens", 0) == rep.get("prompt_tokens"),
+   "computed plus cached prompt tokens add up", mt)
+rc, out, err = d.ctl("bench", "pc", "--scenario", "multiturn", "--rate", "2")
+ok(rc != 0 and "no --rate or --concurrency" in err, "multiturn refuses --rate", err)
+
 # Preemption of requests that share blocks: a 12-block pool.
 rc, out, err = d.ctl("load", "tiny", MODEL, "ctx=512", "kv=f32", "kv-tokens=192",
                      "block-size=16")
