@@ -228,6 +228,26 @@ ok(cn["prefix_cache_evictions"] > 0, "a tiny pool evicts cached blocks (%d)"
 ok(wait_idle(d, "tiny")["kv_blocks_used"] == 0, "no KV left in use after preemptions")
 d.ctl("unload", "tiny")
 
+# Sliding-window layers: a reused block serves every layer, windowed or not.
+for name in ("gemma2", "gemma3"):
+    path = os.path.join(SHARED, "models", "arch", name + ".gguf")
+    if not os.path.exists(path):
+        continue
+    d.ctl("load", name + "-nc", path, "kv=f32", "prefix-cache=no")
+    d.ctl("load", name, path, "kv=f32")
+    prompt = SHARED_TEXT * 3
+    rc, ref, fr, err = gen_json(d, name + "-nc", prompt, "--max-tokens", "16", "--temp", "0")
+    gen_json(d, name, prompt, "--max-tokens", "16", "--temp", "0")
+    rc2, toks, final, err2 = gen_json(d, name, prompt + " Then", "--max-tokens", "16", "--temp", "0")
+    rc3, ref2, fr2, err3 = gen_json(d, name + "-nc", prompt + " Then", "--max-tokens", "16",
+                                    "--temp", "0")
+    ok(rc2 == 0 and rc3 == 0 and toks == ref2 and len(toks) > 0 and
+       final["cached_tokens"] >= 64,
+       "%s: a cached prefix of %d tokens past the sliding window gives identical tokens"
+       % (name, final["cached_tokens"] if final else -1), (toks, ref2, err2, err3))
+    d.ctl("unload", name)
+    d.ctl("unload", name + "-nc")
+
 # Disaggregated: reuse happens in the prefill group's pool.
 rc, out, err = d.ctl("load", "dis", MODEL, "ctx=512", "kv=f32",
                      "groups=prefill:cpu0/decode:cpu1")
