@@ -18,8 +18,6 @@
 #include "util.h"
 
 #define TRACE_MAX_SECONDS	3600
-/* name=value counters per model: finished by reason, then the prefix cache. */
-#define STATS_COUNTERS		(FINISH__COUNT + 4)
 
 /* Fill one ModelStats from an instance's snapshot. */
 static void
@@ -71,16 +69,14 @@ fill_model_stats(struct instance *in, const struct inst_snapshot *sn,
 	for (i = 0; i < FINISH__COUNT; i++)
 		xasprintf(&counters[i], "finished_%s=%llu",
 		    finish_reason_names[i], (unsigned long long)sn->finished[i]);
-	xasprintf(&counters[FINISH__COUNT], "prefix_cache_queries=%llu",
-	    (unsigned long long)sn->counters[CNT_PREFIX_QUERIES]);
-	xasprintf(&counters[FINISH__COUNT + 1], "prefix_cache_hit_tokens=%llu",
-	    (unsigned long long)sn->counters[CNT_PREFIX_HIT_TOKENS]);
-	xasprintf(&counters[FINISH__COUNT + 2], "prefix_cache_evictions=%llu",
-	    (unsigned long long)sn->counters[CNT_PREFIX_EVICTIONS]);
-	xasprintf(&counters[FINISH__COUNT + 3], "prefix_cache_blocks=%llu",
-	    (unsigned long long)sn->counters[CNT_PREFIX_BLOCKS_CACHED]);
-	ms->n_counters = STATS_COUNTERS;
+	ms->n_counters = FINISH__COUNT;
 	ms->counters = counters;
+	ms->has_prefix_cache_queries = ms->has_prefix_cache_hit_tokens =
+	    ms->has_prefix_cache_evictions = ms->has_prefix_cache_blocks = 1;
+	ms->prefix_cache_queries = sn->counters[CNT_PREFIX_QUERIES];
+	ms->prefix_cache_hit_tokens = sn->counters[CNT_PREFIX_HIT_TOKENS];
+	ms->prefix_cache_evictions = sn->counters[CNT_PREFIX_EVICTIONS];
+	ms->prefix_cache_blocks = (uint32_t)sn->counters[CNT_PREFIX_BLOCKS_CACHED];
 	ms->has_window_s = 1;
 	ms->window_s = inst_snapshot_window_span(sn) / 1e9;
 }
@@ -115,7 +111,7 @@ req_stats(struct conn *c, Phased__Request *req)
 	mptrs = xcalloc(n + 1, sizeof *mptrs);
 	rows = xcalloc((n + 1) * 2 * MET__COUNT, sizeof *rows);
 	rptrs = xcalloc((n + 1) * 2 * MET__COUNT, sizeof *rptrs);
-	counters = xcalloc((n + 1) * STATS_COUNTERS, sizeof *counters);
+	counters = xcalloc((n + 1) * FINISH__COUNT, sizeof *counters);
 	i = 0;
 	for (in = instance_first(); in != NULL; in = instance_next(in)) {
 		if (in->state != INST_READY ||
@@ -124,7 +120,7 @@ req_stats(struct conn *c, Phased__Request *req)
 		inst_snapshot_init(&snaps[i]);
 		inst_metrics_snapshot(engine_metrics(in->engine), &snaps[i], now);
 		fill_model_stats(in, &snaps[i], &ms[i], rows + i * 2 * MET__COUNT,
-		    rptrs + i * 2 * MET__COUNT, counters + i * STATS_COUNTERS);
+		    rptrs + i * 2 * MET__COUNT, counters + i * FINISH__COUNT);
 		mptrs[i] = &ms[i];
 		ins[i] = in;
 		i++;
@@ -138,8 +134,8 @@ req_stats(struct conn *c, Phased__Request *req)
 	for (i = 0; i < n; i++) {
 		inst_snapshot_free(&snaps[i]);
 		free(ms[i].policy);
-		for (j = 0; j < STATS_COUNTERS; j++)
-			free(counters[i * STATS_COUNTERS + j]);
+		for (j = 0; j < FINISH__COUNT; j++)
+			free(counters[i * FINISH__COUNT + j]);
 	}
 	free(ins);
 	free(snaps);
