@@ -141,6 +141,8 @@ if os.path.exists(CIRUN):
 
 golden = json.load(open(GOLDEN))["greedy_text"]
 tmp = tempfile.mkdtemp(prefix="phased-readme-")
+# The policy host runs as nobody: it must reach the plugins in the clone.
+os.chmod(tmp, 0o755)
 clone = os.path.join(tmp, "phased")
 try:
     bindir = os.path.join(tmp, "bin")
