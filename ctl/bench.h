@@ -11,8 +11,11 @@
 #define B_MAX_TOKENS	(1U << 20)
 #define B_FRAMES_PER_FD	64	/* frames read from one fd per poll round */
 
-enum b_mode { BM_CONCURRENCY, BM_RATE, BM_INTERFERENCE };
-enum b_kind { BK_NORMAL, BK_CHAT, BK_LONG };
+enum b_mode { BM_CONCURRENCY, BM_RATE, BM_INTERFERENCE, BM_MULTITURN };
+enum b_kind { BK_NORMAL, BK_CHAT, BK_LONG, BK_TURN };
+
+#define B_MAX_CONVS	256	/* multiturn conversations */
+#define B_MAX_TURNS	64	/* turns per conversation */
 
 /* A length given as N or A-B (uniform). */
 struct b_range {
@@ -44,6 +47,8 @@ struct b_opts {
 	double		 long_every;
 	uint32_t	 long_count;
 	const char	*url;		/* an OpenAI-compatible server */
+	uint32_t	 conversations;	/* multiturn */
+	uint32_t	 turns;
 };
 
 /* One request and everything measured about it. */
@@ -68,6 +73,11 @@ struct b_req {
 	uint32_t	 d_prompt_tokens;	/* the daemon's Timings */
 	uint32_t	 d_output_tokens;
 	double		 d_queue_ms, d_prompt_ms, d_ttft_ms, d_e2e_ms;
+	uint32_t	 d_cached_tokens;	/* from the prefix cache */
+	/* A multiturn turn: its prompt (the history) and its answer. */
+	uint32_t	 turn;
+	int32_t		*ids;
+	int32_t		*out_ids;
 };
 
 /* The run. */
@@ -94,6 +104,10 @@ struct bench {
 	int		 chats_cancelled;
 	uint64_t	 out_tokens;	/* for the progress line */
 	int		 aborted;
+	/* multiturn: each conversation's history and turns sent */
+	int32_t		*conv_hist[B_MAX_CONVS];
+	uint32_t	 conv_len[B_MAX_CONVS];
+	uint32_t	 conv_turns[B_MAX_CONVS];
 };
 
 /* The sample series the report gives, in its order. */
@@ -123,6 +137,10 @@ struct b_summary {
 	uint64_t	 prompt_tokens, output_tokens;
 	double		 duration_s;
 	struct b_stat	 stat[BS__COUNT];
+	/* multiturn: per turn, TTFT and mean prompt and cached tokens */
+	uint64_t	 cached_tokens;
+	struct b_stat	 turn_ttft[B_MAX_TURNS];
+	double		 turn_prompt[B_MAX_TURNS], turn_cached[B_MAX_TURNS];
 };
 extern const char *const b_series_names[BS__COUNT];
 

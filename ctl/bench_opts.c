@@ -19,7 +19,9 @@
 	"\t[--scenario interference [--chats K] [--chat-output N] " \
 	"[--chat-prompt-len N]\n" \
 	"\t [--long-prompt-len L] [--long-output N] [--long-every S] " \
-	"[--long-count M]]"
+	"[--long-count M]]\n" \
+	"\t[--scenario multiturn [--conversations N] [--turns K] " \
+	"[--chat-prompt-len N]]"
 
 /* Parse N or A-B into a range of lengths in [min, B_MAX_TOKENS]. */
 static int
@@ -70,6 +72,8 @@ b_parse(int argc, char **argv, struct b_opts *o)
 	o->long_output = 8;
 	o->long_every = 10;
 	o->long_count = 3;
+	o->conversations = 4;
+	o->turns = 8;
 	if (argc < 1 || argv[0][0] == '-') {
 		ctl_fail(CTL_EUSAGE, "%s", B_USAGE);
 		return (-1);
@@ -136,13 +140,20 @@ b_parse(int argc, char **argv, struct b_opts *o)
 		else if (strcmp(a, "--timeline") == 0)
 			o->timeline = v;
 		else if (strcmp(a, "--scenario") == 0) {
-			if (strcmp(v, "interference") != 0) {
+			if (strcmp(v, "interference") == 0)
+				o->mode = BM_INTERFERENCE;
+			else if (strcmp(v, "multiturn") == 0)
+				o->mode = BM_MULTITURN;
+			else {
 				ctl_fail(CTL_EUSAGE, "unknown scenario '%s' "
-				    "(valid: interference)", v);
+				    "(valid: interference, multiturn)", v);
 				return (-1);
 			}
-			o->mode = BM_INTERFERENCE;
-		} else if (strcmp(a, "--chats") == 0)
+		} else if (strcmp(a, "--conversations") == 0)
+			o->conversations = (uint32_t)ctl_num(a, v, 1,
+			    B_MAX_CONVS);
+		else if (strcmp(a, "--turns") == 0)
+			o->turns = (uint32_t)ctl_num(a, v, 1, B_MAX_TURNS); else if (strcmp(a, "--chats") == 0)
 			o->chats = (uint32_t)ctl_num(a, v, 0, 256);
 		else if (strcmp(a, "--chat-output") == 0)
 			o->chat_output = (uint32_t)ctl_num(a, v, 2, B_MAX_TOKENS);
@@ -173,7 +184,17 @@ b_parse(int argc, char **argv, struct b_opts *o)
 		ctl_fail(CTL_EUSAGE, "--rate and --concurrency are exclusive");
 		return (-1);
 	}
-	if (o->mode != BM_INTERFERENCE && have_rate)
+	if (o->mode == BM_MULTITURN && (have_rate || have_conc)) {
+		ctl_fail(CTL_EUSAGE, "--scenario multiturn runs its "
+		    "conversations side by side: no --rate or --concurrency");
+		return (-1);
+	}
+	if (o->mode == BM_MULTITURN && o->url != NULL) {
+		ctl_fail(CTL_EUSAGE, "--scenario multiturn resends the answers' "
+		    "token ids: it needs the daemon's socket, not --url");
+		return (-1);
+	}
+	if (o->mode != BM_INTERFERENCE && o->mode != BM_MULTITURN && have_rate)
 		o->mode = BM_RATE;
 	return (0);
 }

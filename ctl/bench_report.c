@@ -47,6 +47,7 @@ b_report_json(struct bench *b, const struct b_summary *s)
 {
 	const struct b_opts	*o = b->o;
 	size_t			 j;
+	int			 first;
 
 	printf("{\"model\":");
 	json_str(stdout, o->model);
@@ -75,6 +76,21 @@ b_report_json(struct bench *b, const struct b_summary *s)
 	printf("\"latency_ms\":{");
 	b_print_series(1, s, 0, BS__PLAIN);
 	printf("}");
+	if (o->mode == BM_MULTITURN) {
+		printf(",\"multiturn\":{\"conversations\":%u,\"turns\":%u,"
+		    "\"cached_tokens\":%" PRIu64 ",\"computed_prompt_tokens\":%"
+		    PRIu64 ",\"per_turn\":[", o->conversations, o->turns,
+		    s->cached_tokens, s->prompt_tokens - s->cached_tokens);
+		for (j = 0; j < o->turns && j < B_MAX_TURNS; j++) {
+			first = 1;
+			printf("%s{\"turn\":%zu,\"prompt_tokens\":%.1f,"
+			    "\"cached_tokens\":%.1f,", j ? "," : "", j + 1,
+			    s->turn_prompt[j], s->turn_cached[j]);
+			b_print_stat(1, "ttft_ms", s->turn_ttft[j], &first);
+			printf("}");
+		}
+		printf("]}");
+	}
 	if (o->mode == BM_INTERFERENCE) {
 		printf(",\"interference\":{\"chats\":%u,"
 		    "\"chat_output\":%u,\"long_prompt_len\":%u,"
@@ -120,6 +136,19 @@ b_report_text(struct bench *b, const struct b_summary *s)
 	printf("%-16s %9s %9s %9s %9s %9s %8s\n", "ms", "mean", "p50",
 	    "p90", "p99", "max", "n");
 	b_print_series(0, s, 0, BS__PLAIN);
+	if (o->mode == BM_MULTITURN) {
+		printf("multiturn: %u conversations of %u turns; prompt tokens "
+		    "%" PRIu64 " cached, %" PRIu64 " computed\n",
+		    o->conversations, o->turns, s->cached_tokens,
+		    s->prompt_tokens - s->cached_tokens);
+		printf("%-6s %9s %9s %9s %9s %9s %8s\n", "turn", "prompt",
+		    "cached", "ttft", "ttft p50", "ttft max", "n");
+		for (j = 0; j < o->turns && j < B_MAX_TURNS; j++)
+			printf("%-6zu %9.1f %9.1f %9.2f %9.2f %9.2f %8zu\n",
+			    j + 1, s->turn_prompt[j], s->turn_cached[j],
+			    s->turn_ttft[j].mean, s->turn_ttft[j].p50,
+			    s->turn_ttft[j].max, s->turn_ttft[j].n);
+	}
 	if (o->mode == BM_INTERFERENCE) {
 		printf("interference: %u chats of %u tokens, %zu of %u "
 		    "long prompts of %u tokens every %.1f s\n",
@@ -149,7 +178,7 @@ b_timeline(struct bench *b, const char *path)
 	FILE		*f;
 	struct b_req	*r;
 	size_t		 i, j;
-	static const char *const kinds[] = { "normal", "chat", "long" };
+	static const char *const kinds[] = { "normal", "chat", "long", "turn" };
 
 	if ((f = fopen(path, "w")) == NULL)
 		return (ctl_fail(-1, "%s: %s", path, strerror(errno)));

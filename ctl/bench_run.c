@@ -33,6 +33,21 @@ b_conn(struct bench *b, char *err, size_t errlen)
 	return (c);
 }
 
+/* A turn is answered: its conversation's history is its prompt and answer. */
+static void
+b_history(struct bench *b, struct b_req *r)
+{
+	uint32_t	k = r->stream, n = r->prompt_len + (uint32_t)r->n_tok;
+
+	b->conv_hist[k] = xreallocarray(b->conv_hist[k], n ? n : 1,
+	    sizeof **b->conv_hist);
+	memcpy(b->conv_hist[k], r->ids, r->prompt_len * sizeof *r->ids);
+	if (r->n_tok > 0)
+		memcpy(b->conv_hist[k] + r->prompt_len, r->out_ids,
+		    r->n_tok * sizeof *r->out_ids);
+	b->conv_len[k] = n;
+}
+
 /* End a request: record why and when, and free its connection. */
 static void
 b_finish(struct bench *b, struct b_req *r, const char *finish,
@@ -63,7 +78,13 @@ b_finish(struct bench *b, struct b_req *r, const char *finish,
 			break;
 		}
 	}
-	if (r->kind == BK_CHAT) {
+	if (r->kind == BK_TURN) {
+		b->chat_busy[r->stream] = 0;
+		if (strcmp(finish, "error") == 0 || strcmp(finish, "cancelled") == 0)
+			b->conv_turns[r->stream] = b->o->turns;	/* it ends */
+		else
+			b_history(b, r);
+	} else if (r->kind == BK_CHAT) {
 		b->chat_busy[r->stream] = 0;
 		/* A failing chat would be restarted at once, forever. */
 		if (strcmp(finish, "error") == 0)
@@ -83,9 +104,13 @@ b_send(struct bench *b, struct b_req *r)
 	char			 err[512];
 
 	ids = xreallocarray(NULL, r->prompt_len, sizeof *ids);
-	start = b_rand(b) % b->n_corpus;
-	for (i = 0; i < r->prompt_len; i++)
-		ids[i] = b->corpus[(start + i) % b->n_corpus];
+	if (r->ids != NULL)
+		memcpy(ids, r->ids, r->prompt_len * sizeof *ids);
+	else {
+		start = b_rand(b) % b->n_corpus;
+		for (i = 0; i < r->prompt_len; i++)
+			ids[i] = b->corpus[(start + i) % b->n_corpus];
+	}
 	gr.model = (char *)b->o->model;
 	gr.prompt = (char *)"";
 	gr.n_prompt_tokens = r->prompt_len;
@@ -100,7 +125,7 @@ b_send(struct bench *b, struct b_req *r)
 	req.generate = &gr;
 	r->send_ns = now_ns() - b->t0;	/* replaced once connected */
 	b->inflight[b->n_inflight++] = r;
-	if (r->kind == BK_CHAT)
+	if (r->kind == BK_CHAT || r->kind == BK_TURN)
 		b->chat_busy[r->stream] = 1;
 	else if (r->kind == BK_LONG)
 		b->longs_sent++;
@@ -138,7 +163,12 @@ b_token(struct bench *b, struct b_req *r, const Phased__TokenEvent *t,
 		    sizeof *r->tok_ns);
 		r->tok_us = xreallocarray(r->tok_us, r->cap_tok,
 		    sizeof *r->tok_us);
+		if (r->kind == BK_TURN)
+			r->out_ids = xreallocarray(r->out_ids, r->cap_tok,
+			    sizeof *r->out_ids);
 	}
+	if (r->kind == BK_TURN)
+		r->out_ids[r->n_tok] = t->token_id;
 	r->tok_ns[r->n_tok] = at;
 	r->tok_us[r->n_tok] = t->t_us;
 	r->n_tok++;
@@ -213,6 +243,8 @@ b_read(struct bench *b, struct b_req *r)
 		r->d_prompt_ms = t->prompt_ms;
 		r->d_ttft_ms = t->ttft_ms;
 		r->d_e2e_ms = t->e2e_ms;
+		r->d_cached_tokens = resp->done->has_cached_tokens ?
+		    resp->done->cached_tokens : 0;
 		if (strcmp(resp->done->finish_reason, "error") == 0) {
 			snprintf(err, sizeof err, "generation failed: %s",
 			    resp->done->error != NULL ? resp->done->error :
@@ -296,6 +328,33 @@ b_cancel_chats(struct bench *b)
 	}
 }
 
+/*
+ * Send conversation k's next turn: its history (the first turn: a prompt
+ * of --prompt-len tokens) plus a new user message of --chat-prompt-len.
+ */
+static void
+b_send_turn(struct bench *b, uint32_t k)
+{
+	struct b_req	*r;
+	uint32_t	 add, n, i;
+	size_t		 start;
+
+	add = b->conv_turns[k] == 0 ? b->o->prompt_len.lo :
+	    b->o->chat_prompt_len;
+	n = b->conv_len[k] + add;
+	r = b_new(b, BK_TURN, k, n, b->o->output_len.lo);
+	r->turn = b->conv_turns[k]++;
+	r->ids = xreallocarray(NULL, n, sizeof *r->ids);
+	if (b->conv_len[k] > 0)
+		memcpy(r->ids, b->conv_hist[k], b->conv_len[k] *
+		    sizeof *r->ids);
+	start = b_rand(b) % b->n_corpus;
+	for (i = 0; i < add; i++)
+		r->ids[b->conv_len[k] + i] = b->corpus[(start + i) %
+		    b->n_corpus];
+	b_send(b, r);
+}
+
 /* Send whatever is due now; return seconds until the next send, or -1. */
 static double
 b_launch(struct bench *b, double now_s, double *next_arrival)
@@ -326,6 +385,12 @@ b_launch(struct bench *b, double now_s, double *next_arrival)
 		    (o->duration != 0 && *next_arrival >= o->duration))
 			return (-1);
 		return (*next_arrival - now_s);
+	case BM_MULTITURN:
+		/* Closed loop: a conversation's next turn follows its answer. */
+		for (k = 0; k < o->conversations && !b->aborted; k++)
+			if (!b->chat_busy[k] && b->conv_turns[k] < o->turns)
+				b_send_turn(b, k);
+		return (-1);
 	case BM_INTERFERENCE:
 		if (b->aborted)
 			return (-1);

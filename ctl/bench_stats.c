@@ -148,6 +148,7 @@ b_sample(const struct b_opts *o, const struct b_req *r, struct b_vec *v,
 	size_t	j;
 
 	s->prompt_tokens += r->d_prompt_tokens;
+	s->cached_tokens += r->d_cached_tokens;
 	s->output_tokens += r->n_tok;
 	b_push(&v[BS_E2E], (r->done_ns - r->send_ns) / 1e6);
 	b_push(&v[BS_DAEMON_QUEUE], r->d_queue_ms);
@@ -180,6 +181,37 @@ b_sample(const struct b_opts *o, const struct b_req *r, struct b_vec *v,
 		s->good++;
 }
 
+/* Per turn of the multiturn scenario: TTFT, prompt and cached tokens. */
+static void
+b_turns(struct bench *b, struct b_summary *s)
+{
+	struct b_vec	 v;
+	struct b_req	*r;
+	uint32_t	 t;
+	size_t		 i, n;
+
+	for (t = 0; t < b->o->turns && t < B_MAX_TURNS; t++) {
+		memset(&v, 0, sizeof v);
+		n = 0;
+		for (i = 0; i < b->n_reqs; i++) {
+			r = b->reqs[i];
+			if (r->kind != BK_TURN || r->turn != t || !b_ok(r) ||
+			    r->n_tok == 0)
+				continue;
+			b_push(&v, (r->tok_ns[0] - r->send_ns) / 1e6);
+			s->turn_prompt[t] += r->d_prompt_tokens;
+			s->turn_cached[t] += r->d_cached_tokens;
+			n++;
+		}
+		if (n > 0) {
+			s->turn_prompt[t] /= n;
+			s->turn_cached[t] /= n;
+		}
+		s->turn_ttft[t] = b_stats(v.v, v.n);
+		free(v.v);
+	}
+}
+
 /* Aggregate the run's requests into what the report prints. */
 void
 b_summarize(struct bench *b, struct b_summary *s)
@@ -208,7 +240,10 @@ b_summarize(struct bench *b, struct b_summary *s)
 	if (start == UINT64_MAX)
 		start = 0;
 	s->duration_s = b->end_ns > start ? (b->end_ns - start) / 1e9 : 0;
-	s->mode = o->mode == BM_INTERFERENCE ? "interference" : o->mode ==
+	if (o->mode == BM_MULTITURN)
+		b_turns(b, s);
+	s->mode = o->mode == BM_MULTITURN ? "multiturn" :
+	    o->mode == BM_INTERFERENCE ? "interference" : o->mode ==
 	    BM_RATE ? (o->burstiness == 1 ? "poisson" : "gamma") :
 	    "concurrency";
 	if (o->mode == BM_INTERFERENCE)

@@ -41,8 +41,12 @@ b_free(struct bench *b)
 		free(b->reqs[i]->tok_us);
 		free(b->reqs[i]->finish);
 		free(b->reqs[i]->error);
+		free(b->reqs[i]->ids);
+		free(b->reqs[i]->out_ids);
 		free(b->reqs[i]);
 	}
+	for (i = 0; i < B_MAX_CONVS; i++)
+		free(b->conv_hist[i]);
 	for (i = 0; i < b->n_idle; i++)
 		phased_close(b->idle[i]);
 	free(b->idle);
@@ -72,7 +76,8 @@ cmd_bench(struct ctl *ctl, int argc, char **argv)
 		b_free(&b);
 		return (CTL_EUSAGE);
 	}
-	if (o.mode != BM_INTERFERENCE && o.requests == 0 && o.duration == 0)
+	if (o.mode != BM_INTERFERENCE && o.mode != BM_MULTITURN &&
+	    o.requests == 0 && o.duration == 0)
 		o.requests = b.n_lengths > 0 ? (uint32_t)b.n_lengths : 10;
 	if (o.url != NULL) {
 		char	err[512];
@@ -85,6 +90,8 @@ cmd_bench(struct ctl *ctl, int argc, char **argv)
 		return (CTL_EDAEMON);
 	}
 	want = o.prompt_len.hi;
+	if (o.chat_prompt_len > want)
+		want = o.chat_prompt_len;
 	if (o.long_prompt_len > want)
 		want = o.long_prompt_len;
 	for (i = 0; i < b.n_lengths; i++)

@@ -31,10 +31,11 @@ ctl_print_done_json(const Phased__Done *d)
 	printf(",\"prompt_tokens\":%u,\"prompt_ms\":%.3f,\"ttft_ms\":%.3f,"
 	    "\"output_tokens\":%u,\"decode_ms\":%.3f,\"prompt_tps\":%.2f,"
 	    "\"output_tps\":%.2f,\"queue_ms\":%.3f,\"e2e_ms\":%.3f,"
-	    "\"tpot_ms\":%.3f,\"tbt_max_ms\":%.3f,\"preemptions\":%u}\n",
+	    "\"tpot_ms\":%.3f,\"tbt_max_ms\":%.3f,\"preemptions\":%u,"
+	    "\"cached_tokens\":%u}\n",
 	    t->prompt_tokens, t->prompt_ms, t->ttft_ms, t->output_tokens,
 	    t->decode_ms, t->prompt_tps, t->output_tps, t->queue_ms, t->e2e_ms,
-	    t->tpot_ms, t->tbt_max_ms, t->preemptions);
+	    t->tpot_ms, t->tbt_max_ms, t->preemptions, d->cached_tokens);
 }
 
 /* phasectl generate NAME [options] PROMPT */

@@ -86,7 +86,12 @@ print_model_stats(const Phased__ModelStats *m, int json)
 			    (size_t)(eq - m->counters[i]));
 			printf(":%s", eq + 1);
 		}
-		printf("},\"window\":");
+		printf("},\"prefix_cache\":{\"queries\":%" PRIu64
+		    ",\"hit_tokens\":%" PRIu64 ",\"evictions\":%" PRIu64
+		    ",\"blocks\":%u}", m->prefix_cache_queries,
+		    m->prefix_cache_hit_tokens, m->prefix_cache_evictions,
+		    m->prefix_cache_blocks);
+		printf(",\"window\":");
 		rows_json(m->window, m->n_window);
 		printf(",\"total\":");
 		rows_json(m->total, m->n_total);
@@ -103,6 +108,10 @@ print_model_stats(const Phased__ModelStats *m, int json)
 	    m->kv_blocks_free);
 	printf("  preemptions %" PRIu64 ", plan errors %" PRIu64 ", swaps %"
 	    PRIu64 "\n", m->preemptions, m->plan_errors, m->swaps);
+	printf("  prefix cache: queries %" PRIu64 ", hit tokens %" PRIu64
+	    ", evictions %" PRIu64 ", blocks cached %u\n",
+	    m->prefix_cache_queries, m->prefix_cache_hit_tokens,
+	    m->prefix_cache_evictions, m->prefix_cache_blocks);
 	printf("  finished:");
 	for (i = 0; i < m->n_counters; i++)
 		printf(" %s", m->counters[i]);

@@ -65,6 +65,9 @@ struct ereq {
 	int			 eog_stop;
 	int			 top_logprobs;	/* -1: no log probabilities */
 	float			*raw_logits;	/* a copy for them */
+	uint32_t		 cached_tokens;	/* reused from the prefix cache */
+	uint32_t		 first_cached;	/* at its first admission */
+	int			 admitted;	/* admitted at least once */
 };
 TAILQ_HEAD(ereq_list, ereq);
 
@@ -133,9 +136,13 @@ eunlock(struct engine *e)
 	pthread_mutex_unlock(&e->mu);
 }
 
-/* Fill the view record of a request. */
+/*
+ * Fill the view record of a request.  A waiting request shows the prompt
+ * tokens the prefix cache holds for it as computed (`cached'), so chunking
+ * policies charge only the rest to their budget.
+ */
 static void
-view_request(const struct ereq *r, struct phased_request *v)
+view_request(const struct ereq *r, struct phased_request *v, uint32_t cached)
 {
 	memset(v, 0, sizeof *v);
 	v->id = r->id;
@@ -151,6 +158,11 @@ view_request(const struct ereq *r, struct phased_request *v)
 	v->kv_blocks = r->seq.n_blocks;
 	v->tbt_last_ms = r->tbt_last_ms;
 	v->tbt_ewma_ms = r->tbt_ewma_ms;
+	if (r->state == PHASED_REQ_WAITING) {
+		v->computed_tokens = cached;
+		v->cached_tokens = cached;
+	} else
+		v->cached_tokens = r->cached_tokens;
 }
 
 /* Emit an event to the control thread. */
@@ -197,7 +209,7 @@ finish(struct engine *e, struct ereq *r, enum finish_reason reason,
 	release_kv(e, r);
 	r->state = PHASED_REQ_FINISHED;
 	if (r->announced) {
-		view_request(r, &vr);
+		view_request(r, &vr, 0);
 		pguard_event(&e->policy, PCHAN_EV_FINISH, &vr);
 	}
 	reqtime_finish(&r->timing, now);
@@ -207,6 +219,7 @@ finish(struct engine *e, struct ereq *r, enum finish_reason reason,
 	ev.owner = r->owner;
 	ev.reason = reason;
 	ev.t_ns = now - r->timing.arrival;
+	ev.cached_tokens = r->first_cached;
 	if (error != NULL)
 		ev.error = xstrdup(error);
 	reqtime_summary(&r->timing, &ev.summary);
@@ -284,7 +297,7 @@ static void
 build_view(struct engine *e, struct egroup *g, struct phased_view *v)
 {
 	struct ereq	*r;
-	uint32_t	 n = 0;
+	uint32_t	 n = 0, cached;
 	int		 i;
 
 	/* Per loop: the view is read unlocked while the policy plans. */
@@ -299,7 +312,11 @@ build_view(struct engine *e, struct egroup *g, struct phased_view *v)
 			continue;
 		if (n == g->vcap)
 			break;
-		view_request(r, &g->vreqs[n++]);
+		/* What this group's cache holds for a request it may admit. */
+		cached = r->group < 0 && r->state == PHASED_REQ_WAITING &&
+		    g->role != PHASED_ROLE_DECODE ? kv_prefix_lookup(g->pool,
+		    r->tokens, r->n_tokens) : 0;
+		view_request(r, &g->vreqs[n++], cached);
 	}
 	memset(v, 0, sizeof *v);
 	v->group = (uint32_t)g->index;
@@ -425,8 +442,8 @@ build_batch(struct engine *e, struct egroup *g, struct phased_plan *p,
     uint64_t now, uint32_t *prefill, uint32_t *decode)
 {
 	struct ereq	*r;
-	uint32_t	 i, n;
-	int		 nb = 0;
+	uint32_t	 i, n, hit;
+	int		 nb = 0, fresh;
 
 	*prefill = *decode = 0;
 	for (i = 0; i < p->n_entries && (uint32_t)nb < e->conf.max_seqs; i++) {
@@ -439,15 +456,33 @@ build_batch(struct engine *e, struct egroup *g, struct phased_plan *p,
 		    (r->group < 0 && g->role == PHASED_ROLE_DECODE) ||
 		    r->seq.n_tokens + n > r->n_tokens)
 			continue;
-		if (r->group < 0) {
+		fresh = r->group < 0;
+		hit = 0;
+		if (fresh) {
 			memset(&r->seq, 0, sizeof r->seq);
 			r->group = g->index;
+			/* The policy saw what the cache held when it planned. */
+			hit = kv_prefix_match(g->pool, &r->seq, r->tokens,
+			    r->n_tokens);
+			if (r->seq.n_tokens + n > r->n_tokens)
+				n = r->n_tokens - r->seq.n_tokens;
 		}
 		if (kv_seq_reserve(g->pool, &r->seq, n) != 0) {
-			if (r->seq.n_blocks == 0)
+			if (fresh) {
+				kv_seq_release(g->pool, &r->seq);
 				r->group = -1;
+			}
 			continue;
 		}
+		if (fresh && g->pool->prefix != NULL) {
+			r->cached_tokens = hit;
+			if (!r->admitted)
+				r->first_cached = hit;
+			inst_metrics_count(&e->metrics, CNT_PREFIX_QUERIES, 1);
+			inst_metrics_count(&e->metrics, CNT_PREFIX_HIT_TOKENS,
+			    hit);
+		}
+		r->admitted = 1;
 		if (r->state == PHASED_REQ_WAITING) {
 			e->n_waiting--;
 			r->state = PHASED_REQ_PREFILLING;
@@ -578,7 +613,7 @@ announce(struct engine *e)
 		if (r->announced)
 			continue;
 		r->announced = 1;
-		view_request(r, &vr);
+		view_request(r, &vr, 0);
 		pguard_event(&e->policy, PCHAN_EV_ARRIVAL, &vr);
 	}
 }
@@ -631,13 +666,19 @@ record_iteration(struct engine *e, struct egroup *g, uint64_t start,
 static void
 update_gauges(struct engine *e)
 {
-	uint64_t	used = 0, freeb = 0;
+	struct kv_prefix_stats	st;
+	uint64_t	used = 0, freeb = 0, evictions = 0, cached = 0;
 	int		i;
 
 	for (i = 0; i < e->n_groups; i++) {
 		used += kv_pool_used_blocks(e->groups[i].pool);
 		freeb += kv_pool_free_blocks(e->groups[i].pool);
+		kv_prefix_stats(e->groups[i].pool, &st);
+		evictions += st.evictions;
+		cached += st.cached;
 	}
+	inst_metrics_set(&e->metrics, CNT_PREFIX_EVICTIONS, evictions);
+	inst_metrics_set(&e->metrics, CNT_PREFIX_BLOCKS_CACHED, cached);
 	inst_metrics_gauges(&e->metrics, used, freeb, e->n_reqs - e->n_waiting,
 	    e->n_waiting);
 }
@@ -721,6 +762,8 @@ group_main(void *arg)
 			struct ereq *r = g->freqs[i];
 
 			r->busy = 0;
+			/* Blocks it filled are reusable from now on. */
+			kv_prefix_commit(g->pool, &r->seq, r->tokens);
 			if (r->state == PHASED_REQ_PREFILLING)
 				reqtime_chunk(&r->timing, start, end,
 				    (uint32_t)g->fentries[i].n_tokens);
@@ -749,6 +792,21 @@ group_main(void *arg)
 	return (NULL);
 }
 
+/*
+ * The prefix cache's seed: what changes the KV of a block besides its
+ * tokens and their position (the pool adds its layout and KV type).
+ */
+static uint64_t
+prefix_seed(const struct engine *e, int group)
+{
+	const unsigned char	*c;
+	uint64_t		 h = 0xcbf29ce484222325ULL;
+
+	for (c = (const unsigned char *)e->name; *c != '\0'; c++)
+		h = (h ^ *c) * 0x100000001b3ULL;
+	return (h ^ ((uint64_t)group << 40) ^ (uintptr_t)e->model);
+}
+
 /* Parse nothing: the config was checked by the caller; set up a group. */
 static int
 group_setup(struct engine *e, int i, char **cause)
@@ -771,6 +829,11 @@ group_setup(struct engine *e, int i, char **cause)
 	if ((g->pool = e->ops->kv_pool_create(g->bi, e->conf.kv_blocks,
 	    cause)) == NULL)
 		return (-1);
+	if (e->conf.prefix_cache && kv_prefix_enable(g->pool,
+	    prefix_seed(e, i)) != 0) {
+		set_cause(cause, "kv pool of group %d is in use", i);
+		return (-1);
+	}
 	cap = (size_t)e->conf.max_waiting + e->conf.max_seqs * 2 + 16;
 	g->vcap = cap;
 	g->vreqs = xcalloc(cap, sizeof *g->vreqs);
@@ -791,8 +854,10 @@ group_setup(struct engine *e, int i, char **cause)
 static void
 group_teardown(struct engine *e, struct egroup *g)
 {
-	if (g->pool != NULL)
+	if (g->pool != NULL) {
+		kv_prefix_disable(g->pool);
 		e->ops->kv_pool_free(g->bi, g->pool);
+	}
 	if (g->bi != NULL)
 		e->ops->destroy(g->bi);
 	free(g->vreqs);

@@ -41,6 +41,7 @@ struct engine_config {
 	int			 policy_isolate; /* policy in a host process */
 	const char		*policy_host;	/* phased-policy-host */
 	uint32_t		 policy_deadline_ms; /* per call; 0: automatic */
+	int			 prefix_cache;	/* reuse cached KV of prompts */
 };
 
 /* What a generation asks for (the engine copies it). */
@@ -83,6 +84,8 @@ struct engine_event {
 	int			 n_top;
 	int32_t			 top_ids[SAMPLER_TOP_LOGPROBS_MAX];
 	float			 top_lps[SAMPLER_TOP_LOGPROBS_MAX];
+	uint32_t		 cached_tokens;	/* ENGINE_EV_DONE: prompt tokens
+						   the prefix cache supplied */
 };
 
 /*

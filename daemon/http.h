@@ -83,6 +83,7 @@ struct hgen {
 	uint64_t		 load_ns;	/* waiting for the model */
 	uint32_t		 prompt_tokens;
 	uint32_t		 output_tokens;
+	uint32_t		 cached_tokens;	/* from the prefix cache */
 	int			 started;	/* the stream's head is sent */
 	int			 submitted;
 	int			 gone;		/* the client went away */

@@ -260,6 +260,7 @@ hgen_done(struct gen *g, struct engine_event *ev)
 	unlink_from(&live, hg);
 	hg->prompt_tokens = ev->summary.prompt_tokens;
 	hg->output_tokens = ev->summary.output_tokens;
+	hg->cached_tokens = ev->cached_tokens;
 	if (hg->gone)
 		release_gone(hg);
 	else {

@@ -255,10 +255,12 @@ http_oai_chat(struct evhttp_request *req, const struct http_peer *p)
 static json_t *
 usage_of(const struct hgen *hg)
 {
-	return (json_pack("{sI,sI,sI}", "prompt_tokens",
+	return (json_pack("{sI,sI,sI,s{sI}}", "prompt_tokens",
 	    (json_int_t)hg->prompt_tokens, "completion_tokens",
 	    (json_int_t)hg->output_tokens, "total_tokens",
-	    (json_int_t)(hg->prompt_tokens + hg->output_tokens)));
+	    (json_int_t)(hg->prompt_tokens + hg->output_tokens),
+	    "prompt_tokens_details", "cached_tokens",
+	    (json_int_t)hg->cached_tokens));
 }
 
 /* A chunk or reply skeleton: id, object, created, model. */

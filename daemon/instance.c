@@ -273,6 +273,16 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 				    "start", v);
 				rc = -1;
 			}
+		} else if (strcmp(k, "prefix-cache") == 0) {
+			if (strcmp(v, "yes") == 0 || strcmp(v, "on") == 0)
+				o->no_prefix_cache = 0;
+			else if (strcmp(v, "no") == 0 || strcmp(v, "off") == 0)
+				o->no_prefix_cache = 1;
+			else {
+				set_cause(cause, "prefix-cache '%s' is not yes "
+				    "or no", v);
+				rc = -1;
+			}
 		} else if (strcmp(k, "policy-deadline") == 0)
 			rc = opt_u32(k, v, 1, 1000, &o->policy_deadline_ms,
 			    cause);
@@ -280,7 +290,7 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 			set_cause(cause, "unknown option '%s' (ctx, threads, kv, "
 			    "kv-tokens, block-size, max-batch-tokens, max-seqs, "
 			    "policy, policy.KEY, policy-deadline, groups, "
-			    "template, keep-alive, load)", k);
+			    "template, keep-alive, load, prefix-cache)", k);
 			rc = -1;
 		}
 		free(key);
@@ -489,6 +499,7 @@ engine_config_of(struct instance *in, struct model *m,
 		ec->n_groups = in->opts.n_groups;
 		memcpy(ec->groups, in->opts.groups, sizeof ec->groups);
 	}
+	ec->prefix_cache = !in->opts.no_prefix_cache;
 	ec->policy_isolate = phased->conf.policy_isolation;
 	ec->policy_host = instance_policy_host();
 	ec->policy_deadline_ms = in->opts.policy_deadline_ms != 0 ?

@@ -37,6 +37,7 @@ struct inst_opts {
 	int		 lazy;		/* phased.conf: load on first use */
 	char		*chat_template;	/* template=NAME; NULL: the model's */
 	uint32_t	 policy_deadline_ms; /* 0: phased.conf's */
+	int		 no_prefix_cache; /* prefix-cache=no */
 };
 
 enum inst_state {

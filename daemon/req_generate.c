@@ -61,6 +61,8 @@ send_done(struct gen *g, struct engine_event *ev)
 	d.finish_reason = (char *)finish_reason_names[ev->reason];
 	d.timings = &t;
 	d.error = ev->error;
+	d.has_cached_tokens = 1;
+	d.cached_tokens = ev->cached_tokens;
 	r.body_case = PHASED__RESPONSE__BODY_DONE;
 	r.done = &d;
 	stream_send(g->stream, &r);

@@ -71,6 +71,12 @@ fill_model_stats(struct instance *in, const struct inst_snapshot *sn,
 		    finish_reason_names[i], (unsigned long long)sn->finished[i]);
 	ms->n_counters = FINISH__COUNT;
 	ms->counters = counters;
+	ms->has_prefix_cache_queries = ms->has_prefix_cache_hit_tokens =
+	    ms->has_prefix_cache_evictions = ms->has_prefix_cache_blocks = 1;
+	ms->prefix_cache_queries = sn->counters[CNT_PREFIX_QUERIES];
+	ms->prefix_cache_hit_tokens = sn->counters[CNT_PREFIX_HIT_TOKENS];
+	ms->prefix_cache_evictions = sn->counters[CNT_PREFIX_EVICTIONS];
+	ms->prefix_cache_blocks = (uint32_t)sn->counters[CNT_PREFIX_BLOCKS_CACHED];
 	ms->has_window_s = 1;
 	ms->window_s = inst_snapshot_window_span(sn) / 1e9;
 }

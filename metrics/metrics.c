@@ -582,6 +582,17 @@ inst_metrics_count(struct inst_metrics *m, enum metric_counter c, uint64_t n)
 	pthread_mutex_unlock(&m->lock);
 }
 
+/* Set a counter kept elsewhere (or a gauge in the counter table). */
+void
+inst_metrics_set(struct inst_metrics *m, enum metric_counter c, uint64_t v)
+{
+	if ((unsigned)c >= CNT__COUNT)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->counters[c] = v;
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* Set the gauges the engine owns. */
 void
 inst_metrics_gauges(struct inst_metrics *m, uint64_t kv_used, uint64_t kv_free,

@@ -248,6 +248,10 @@ enum metric_counter {
 	CNT_PLAN_ERRORS,	/* policy plans the engine rejected */
 	CNT_POLICY_SWAPS,
 	CNT_POLICY_EJECTIONS,	/* policies ended: late, crashed, invalid plans */
+	CNT_PREFIX_QUERIES,	/* admissions that asked the prefix cache */
+	CNT_PREFIX_HIT_TOKENS,	/* prompt tokens it supplied */
+	CNT_PREFIX_EVICTIONS,	/* cached blocks given to new content (set) */
+	CNT_PREFIX_BLOCKS_CACHED, /* blocks holding a cached prefix (a gauge) */
 	CNT__COUNT
 };
 
@@ -304,6 +308,9 @@ void	 inst_metrics_first_token(struct inst_metrics *,
 void	 inst_metrics_finished(struct inst_metrics *, const struct reqtime *,
 	    enum finish_reason);
 void	 inst_metrics_count(struct inst_metrics *, enum metric_counter,
+	    uint64_t);
+/* Set a counter kept elsewhere (or a gauge in the counter table). */
+void	 inst_metrics_set(struct inst_metrics *, enum metric_counter,
 	    uint64_t);
 void	 inst_metrics_gauges(struct inst_metrics *, uint64_t kv_used,
 	    uint64_t kv_free, uint64_t running, uint64_t waiting);

@@ -301,6 +301,18 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 	prom_field(sb, "phased_policy_ejections_total", "counter",
 	    "Scheduling policies ended (late, crashed or invalid plans).",
 	    snaps, n, S(counters[CNT_POLICY_EJECTIONS]));
+	prom_field(sb, "phased_prefix_cache_queries_total", "counter",
+	    "Admissions that asked the prefix cache.", snaps, n,
+	    S(counters[CNT_PREFIX_QUERIES]));
+	prom_field(sb, "phased_prefix_cache_hit_tokens_total", "counter",
+	    "Prompt tokens the prefix cache supplied (not computed).", snaps,
+	    n, S(counters[CNT_PREFIX_HIT_TOKENS]));
+	prom_field(sb, "phased_prefix_cache_evictions_total", "counter",
+	    "Cached KV blocks given to new content.", snaps, n,
+	    S(counters[CNT_PREFIX_EVICTIONS]));
+	prom_field(sb, "phased_prefix_cache_blocks", "gauge",
+	    "KV blocks holding a cached prefix (in use or free).", snaps, n,
+	    S(counters[CNT_PREFIX_BLOCKS_CACHED]));
 
 	prom_field(sb, "phased_kv_blocks_used", "gauge",
 	    "KV cache blocks in use.", snaps, n, S(kv_used));

@@ -13,6 +13,26 @@
 #define KV_MAX_HEADS		4096
 #define KV_MAX_HEAD_DIM		4096
 #define KV_MAX_BLOCKS		(1U << 28)
+#define KV_NONE			UINT32_MAX
+
+/* The prefix cache's per-block records and hash table. */
+struct kv_prefix {
+	uint64_t	 seed;
+	uint64_t	 mask;		/* test hook; all ones normally */
+	uint64_t	 next_serial;
+	uint64_t	*hash;		/* per block, when registered */
+	uint64_t	*serial;	/* per block: 0 when not registered */
+	uint64_t	*parent;	/* per block: predecessor's serial */
+	uint32_t	*ref;		/* per block: holders */
+	uint32_t	*bnext;		/* per block: next in its bucket */
+	uint32_t	*lru_prev, *lru_next;
+	int32_t		*toks;		/* per block: block_size tokens */
+	uint32_t	*buckets;
+	uint32_t	 n_buckets;	/* a power of two */
+	uint32_t	 n_stack;	/* uncached free blocks on free_stack */
+	uint32_t	 lru_head, lru_tail, n_lru; /* cached free blocks */
+	struct kv_prefix_stats st;
+};
 
 /* Check a layout; -1 and *cause naming the bad field. */
 int
@@ -113,6 +133,7 @@ kv_pool_free(struct kv_pool *p)
 {
 	if (p == NULL)
 		return;
+	kv_prefix_disable(p);
 	free(p->data);
 	free(p->free_stack);
 	free(p->in_use);
@@ -168,6 +189,144 @@ kv_seq_blocks_needed(const struct kv_pool *p, const struct kv_seq *s,
 	return (need > s->n_blocks ? need - s->n_blocks : 0);
 }
 
+/* Unlink block b from the list of cached free blocks. */
+static void
+lru_remove(struct kv_prefix *x, uint32_t b)
+{
+	if (x->lru_prev[b] != KV_NONE)
+		x->lru_next[x->lru_prev[b]] = x->lru_next[b];
+	else
+		x->lru_head = x->lru_next[b];
+	if (x->lru_next[b] != KV_NONE)
+		x->lru_prev[x->lru_next[b]] = x->lru_prev[b];
+	else
+		x->lru_tail = x->lru_prev[b];
+	x->lru_prev[b] = x->lru_next[b] = KV_NONE;
+	x->n_lru--;
+}
+
+/* Append block b to the cached free blocks (most recently released). */
+static void
+lru_append(struct kv_prefix *x, uint32_t b)
+{
+	x->lru_prev[b] = x->lru_tail;
+	x->lru_next[b] = KV_NONE;
+	if (x->lru_tail != KV_NONE)
+		x->lru_next[x->lru_tail] = b;
+	else
+		x->lru_head = b;
+	x->lru_tail = b;
+	x->n_lru++;
+}
+
+/* The bucket of a hash. */
+static uint32_t
+bucket_of(const struct kv_prefix *x, uint64_t h)
+{
+	return ((uint32_t)(h ^ (h >> 31)) & (x->n_buckets - 1));
+}
+
+/* Take block b out of the hash table. */
+static void
+kv_prefix_unregister(struct kv_prefix *x, uint32_t b)
+{
+	uint32_t	*pp;
+
+	if (x->serial[b] == 0)
+		return;
+	for (pp = &x->buckets[bucket_of(x, x->hash[b])]; *pp != KV_NONE;
+	    pp = &x->bnext[*pp]) {
+		if (*pp == b) {
+			*pp = x->bnext[b];
+			break;
+		}
+	}
+	x->bnext[b] = KV_NONE;
+	x->serial[b] = 0;
+	x->st.cached--;
+}
+
+/* The hash of a block of tokens following a block hashed prev. */
+static uint64_t
+chain_hash(const struct kv_pool *p, uint64_t prev, const int32_t *t)
+{
+	const struct kv_prefix	*x = p->prefix;
+	uint64_t		 h;
+	uint32_t		 i;
+
+	/* FNV-1a over 32-bit tokens, then a splitmix64 finish. */
+	h = 0xcbf29ce484222325ULL ^ x->seed ^ (prev * 0x9e3779b97f4a7c15ULL);
+	for (i = 0; i < p->layout.block_size; i++) {
+		h ^= (uint32_t)t[i];
+		h *= 0x100000001b3ULL;
+	}
+	h ^= h >> 30;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebULL;
+	h ^= h >> 31;
+	return (h & x->mask);
+}
+
+/*
+ * The registered block of hash h whose predecessor has serial parent and
+ * whose tokens are t, or KV_NONE: equal hashes alone prove nothing.
+ */
+static uint32_t
+kv_prefix_find(const struct kv_pool *p, uint64_t h, uint64_t parent,
+    const int32_t *t)
+{
+	const struct kv_prefix	*x = p->prefix;
+	size_t			 bs = p->layout.block_size;
+	uint32_t		 b;
+
+	for (b = x->buckets[bucket_of(x, h)]; b != KV_NONE; b = x->bnext[b]) {
+		if (x->hash[b] == h && x->parent[b] == parent &&
+		    memcmp(x->toks + b * bs, t, bs * sizeof *t) == 0)
+			return (b);
+	}
+	return (KV_NONE);
+}
+
+/* A free block for new content: uncached ones first, else evict the LRU. */
+static uint32_t
+kv_prefix_pop(struct kv_pool *p)
+{
+	struct kv_prefix	*x = p->prefix;
+	uint32_t		 b;
+
+	if (x->n_stack > 0)
+		b = p->free_stack[--x->n_stack];
+	else {
+		if ((b = x->lru_head) == KV_NONE)
+			fatalx("%s: no free block", __func__);
+		lru_remove(x, b);
+		kv_prefix_unregister(x, b);
+		x->st.evictions++;
+	}
+	p->n_free--;
+	x->ref[b] = 1;
+	return (b);
+}
+
+/* Drop one holder of block b; the last one frees it, cached or not. */
+static void
+kv_prefix_put(struct kv_pool *p, uint32_t b)
+{
+	struct kv_prefix	*x = p->prefix;
+
+	if (x->ref[b] == 0)
+		fatalx("%s: block %u has no holder", __func__, b);
+	if (--x->ref[b] > 0)
+		return;
+	p->in_use[b] = 0;
+	if (x->serial[b] != 0)
+		lru_append(x, b);
+	else
+		p->free_stack[x->n_stack++] = b;
+	p->n_free++;
+}
+
 /* Take n blocks off the free stack and append them to s (n already checked). */
 static void
 kv_seq_take(struct kv_pool *p, struct kv_seq *s, uint32_t n)
@@ -181,7 +340,8 @@ kv_seq_take(struct kv_pool *p, struct kv_seq *s, uint32_t n)
 		s->blocks = xreallocarray(s->blocks, s->cap, sizeof *s->blocks);
 	}
 	for (i = 0; i < n; i++) {
-		b = p->free_stack[--p->n_free];
+		b = p->prefix != NULL ? kv_prefix_pop(p) :
+		    p->free_stack[--p->n_free];
 		if (p->in_use[b])
 			fatalx("%s: block %u on the free list is in use", __func__, b);
 		p->in_use[b] = 1;
@@ -195,6 +355,10 @@ kv_pool_put(struct kv_pool *p, uint32_t b)
 {
 	if (b >= p->n_blocks || !p->in_use[b])
 		fatalx("%s: block %u is not in use", __func__, b);
+	if (p->prefix != NULL) {
+		kv_prefix_put(p, b);
+		return;
+	}
 	p->in_use[b] = 0;
 	p->free_stack[p->n_free++] = b;
 }
@@ -234,11 +398,26 @@ kv_seq_truncate(struct kv_pool *p, struct kv_seq *s, uint32_t n_tokens)
 {
 	uint32_t	keep;
 
+	uint32_t	bs = p->layout.block_size, last;
+
 	if (n_tokens < s->n_tokens)
 		s->n_tokens = n_tokens;
 	keep = kv_pool_blocks_for(p, s->n_tokens);
 	while (s->n_blocks > keep)
 		kv_pool_put(p, s->blocks[--s->n_blocks]);
+	if (p->prefix == NULL || s->n_hashed * bs <= s->n_tokens)
+		return;
+	/* The last block is partial now and will be written again. */
+	last = s->blocks[keep - 1];
+	if (p->prefix->ref[last] > 1) {
+		/* Shared: others read it, so drop it and its positions. */
+		kv_pool_put(p, s->blocks[--s->n_blocks]);
+		s->n_tokens = s->n_blocks * bs;
+	} else
+		kv_prefix_unregister(p->prefix, last);
+	/* kv_prefix_commit walks the chain again from the first block. */
+	s->n_hashed = 0;
+	s->chain_hash = s->chain_serial = 0;
 }
 
 /* Copy src_seq's stored tokens into the empty dst_seq, blocks from dst_pool. */
@@ -287,4 +466,214 @@ kv_seq_copy(struct kv_pool *dp, struct kv_seq *ds, const struct kv_pool *sp,
 	}
 	ds->n_tokens = ss->n_tokens;
 	return (0);
+}
+
+/* Turn the prefix cache on for a pool with no blocks in use. */
+int
+kv_prefix_enable(struct kv_pool *p, uint64_t seed)
+{
+	struct kv_prefix	*x;
+	uint32_t		 i;
+
+	if (p->prefix != NULL)
+		return (0);
+	if (p->n_free != p->n_blocks)
+		return (-1);
+	x = xcalloc(1, sizeof *x);
+	/* Whatever else changes the KV of a block goes into the seed. */
+	x->seed = seed ^ ((uint64_t)p->layout.block_size << 32) ^
+	    ((uint64_t)p->layout.type << 48) ^ p->layout.n_layers ^
+	    ((uint64_t)p->layout.n_kv_heads << 16) ^
+	    ((uint64_t)p->layout.head_dim << 56);
+	x->mask = UINT64_MAX;
+	x->hash = xcalloc(p->n_blocks, sizeof *x->hash);
+	x->serial = xcalloc(p->n_blocks, sizeof *x->serial);
+	x->parent = xcalloc(p->n_blocks, sizeof *x->parent);
+	x->ref = xcalloc(p->n_blocks, sizeof *x->ref);
+	x->bnext = xreallocarray(NULL, p->n_blocks, sizeof *x->bnext);
+	x->lru_prev = xreallocarray(NULL, p->n_blocks, sizeof *x->lru_prev);
+	x->lru_next = xreallocarray(NULL, p->n_blocks, sizeof *x->lru_next);
+	x->toks = xreallocarray(NULL, (size_t)p->n_blocks * p->layout.block_size,
+	    sizeof *x->toks);
+	for (x->n_buckets = 1; x->n_buckets < p->n_blocks; x->n_buckets <<= 1)
+		;
+	x->buckets = xreallocarray(NULL, x->n_buckets, sizeof *x->buckets);
+	for (i = 0; i < x->n_buckets; i++)
+		x->buckets[i] = KV_NONE;
+	for (i = 0; i < p->n_blocks; i++)
+		x->bnext[i] = x->lru_prev[i] = x->lru_next[i] = KV_NONE;
+	x->lru_head = x->lru_tail = KV_NONE;
+	x->n_stack = p->n_free;
+	p->prefix = x;
+	return (0);
+}
+
+/* Turn the prefix cache off: cached free blocks become plain free ones. */
+void
+kv_prefix_disable(struct kv_pool *p)
+{
+	struct kv_prefix	*x = p->prefix;
+	uint32_t		 b;
+
+	if (x == NULL)
+		return;
+	while ((b = x->lru_head) != KV_NONE) {
+		lru_remove(x, b);
+		p->free_stack[x->n_stack++] = b;
+	}
+	for (b = 0; b < p->n_blocks; b++)
+		if (p->in_use[b] && x->ref[b] > 1)
+			fatalx("%s: block %u is shared", __func__, b);
+	p->n_free = x->n_stack;
+	free(x->hash);
+	free(x->serial);
+	free(x->parent);
+	free(x->ref);
+	free(x->bnext);
+	free(x->lru_prev);
+	free(x->lru_next);
+	free(x->toks);
+	free(x->buckets);
+	free(x);
+	p->prefix = NULL;
+}
+
+/*
+ * Walk the cached chain of tokens[0..n): the blocks it would reuse go to
+ * out (when not NULL).  Returns how many; never all of the tokens.
+ */
+static uint32_t
+kv_prefix_walk(const struct kv_pool *p, const int32_t *t, uint32_t n,
+    uint32_t *out, uint64_t *hash, uint64_t *serial)
+{
+	const struct kv_prefix	*x = p->prefix;
+	uint32_t		 bs = p->layout.block_size, max, i, b;
+	uint64_t		 h = 0, ser = 0;
+
+	if (x == NULL || n == 0)
+		return (0);
+	/* The last token must be computed: its logits are what is asked. */
+	max = (n - 1) / bs;
+	for (i = 0; i < max; i++) {
+		h = chain_hash(p, h, t + (size_t)i * bs);
+		if ((b = kv_prefix_find(p, h, ser, t + (size_t)i * bs)) ==
+		    KV_NONE)
+			break;
+		ser = x->serial[b];
+		if (out != NULL)
+			out[i] = b;
+		*hash = h;
+		*serial = ser;
+	}
+	return (i);
+}
+
+/* Tokens kv_prefix_match would reuse now. */
+uint32_t
+kv_prefix_lookup(const struct kv_pool *p, const int32_t *t, uint32_t n)
+{
+	uint64_t	h, ser;
+
+	return (kv_prefix_walk(p, t, n, NULL, &h, &ser) *
+	    p->layout.block_size);
+}
+
+/* Start the empty seq with the longest cached chain, by reference. */
+uint32_t
+kv_prefix_match(struct kv_pool *p, struct kv_seq *s, const int32_t *t,
+    uint32_t n)
+{
+	struct kv_prefix	*x = p->prefix;
+	uint32_t		 nb, i, b;
+	uint64_t		 h = 0, ser = 0;
+
+	if (x == NULL || s->n_blocks != 0)
+		return (0);
+	x->st.queries++;
+	if (n < 2)
+		return (0);
+	if (s->cap < (n - 1) / p->layout.block_size) {
+		s->cap = (n - 1) / p->layout.block_size;
+		s->blocks = xreallocarray(s->blocks, s->cap, sizeof *s->blocks);
+	}
+	nb = kv_prefix_walk(p, t, n, s->blocks, &h, &ser);
+	for (i = 0; i < nb; i++) {
+		b = s->blocks[i];
+		if (x->ref[b]++ == 0) {
+			/* A cached free block is in use again. */
+			lru_remove(x, b);
+			p->in_use[b] = 1;
+			p->n_free--;
+		}
+	}
+	s->n_blocks = nb;
+	s->n_tokens = nb * p->layout.block_size;
+	s->n_hashed = nb;
+	s->chain_hash = h;
+	s->chain_serial = ser;
+	x->st.hit_tokens += s->n_tokens;
+	return (s->n_tokens);
+}
+
+/* Register seq's full blocks not yet hashed. */
+void
+kv_prefix_commit(struct kv_pool *p, struct kv_seq *s, const int32_t *t)
+{
+	struct kv_prefix	*x = p->prefix;
+	uint32_t		 bs = p->layout.block_size, full, b, have;
+	uint64_t		 h;
+	const int32_t		*bt;
+
+	if (x == NULL)
+		return;
+	full = s->n_tokens / bs;
+	if (full > s->n_blocks)
+		full = s->n_blocks;
+	for (; s->n_hashed < full; s->n_hashed++) {
+		bt = t + (size_t)s->n_hashed * bs;
+		b = s->blocks[s->n_hashed];
+		h = chain_hash(p, s->chain_hash, bt);
+		have = kv_prefix_find(p, h, s->chain_serial, bt);
+		if (have == KV_NONE && x->serial[b] == 0) {
+			x->hash[b] = h;
+			x->parent[b] = s->chain_serial;
+			x->serial[b] = ++x->next_serial;
+			memcpy(x->toks + (size_t)b * bs, bt, bs * sizeof *bt);
+			x->bnext[b] = x->buckets[bucket_of(x, h)];
+			x->buckets[bucket_of(x, h)] = b;
+			x->st.cached++;
+			have = b;
+		} else if (have == KV_NONE)
+			have = b;
+		/* A twin computed by another sequence: ours stays private. */
+		s->chain_hash = h;
+		s->chain_serial = x->serial[have];
+	}
+}
+
+/* The cache's counters (zero when off). */
+void
+kv_prefix_stats(const struct kv_pool *p, struct kv_prefix_stats *st)
+{
+	if (p->prefix == NULL)
+		memset(st, 0, sizeof *st);
+	else
+		*st = p->prefix->st;
+}
+
+/* Holders of block b (0: free). */
+uint32_t
+kv_block_refs(const struct kv_pool *p, uint32_t b)
+{
+	if (b >= p->n_blocks || !p->in_use[b])
+		return (0);
+	return (p->prefix != NULL ? p->prefix->ref[b] : 1);
+}
+
+/* Test hook: AND every hash with mask (0: they all collide). */
+void
+kv_prefix_set_hash_mask(struct kv_pool *p, uint64_t mask)
+{
+	if (p->prefix != NULL)
+		p->prefix->mask = mask;
 }

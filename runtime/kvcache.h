@@ -49,6 +49,7 @@ struct kv_pool {
 	uint32_t	*free_stack;	/* free block ids, n_free of them */
 	uint32_t	 n_free;
 	uint8_t		*in_use;	/* per block: catches double frees */
+	struct kv_prefix *prefix;	/* the prefix cache; NULL: off */
 };
 
 /*
@@ -62,6 +63,10 @@ struct kv_seq {
 	uint32_t	 n_blocks;
 	uint32_t	 cap;		/* allocated entries in blocks */
 	uint32_t	 n_tokens;
+	/* Prefix cache: leading full blocks already hashed, and the chain. */
+	uint32_t	 n_hashed;
+	uint64_t	 chain_hash;
+	uint64_t	 chain_serial;
 };
 
 /* Check a layout; -1 and *cause naming the bad field. */
@@ -108,6 +113,57 @@ void		 kv_seq_truncate(struct kv_pool *, struct kv_seq *, uint32_t n_tokens);
 int		 kv_seq_copy(struct kv_pool *dst_pool, struct kv_seq *dst_seq,
 		    const struct kv_pool *src_pool, const struct kv_seq *src_seq,
 		    char **cause);
+
+/*
+ * The prefix cache.  A full block is named by a hash chained over its
+ * tokens and its predecessor's hash, seeded with whatever else changes the
+ * KV (model instance, KV type, block size).  A sequence that starts with
+ * the same tokens takes the longest chain of such blocks by reference:
+ * shared blocks are full, so nobody writes them again (a sequence writes
+ * only positions from its n_tokens on, in blocks it alone holds).  The
+ * hash only finds candidates: a block is reused only when its stored
+ * tokens equal the prompt's and its predecessor is the block reused just
+ * before it (by a serial number never given twice), so a collision can
+ * never hand out wrong KV.  A block whose last holder lets go stays cached
+ * and counts as free; the pool hands out uncached blocks first and evicts
+ * cached ones least recently released first.
+ */
+struct kv_prefix_stats {
+	uint64_t	 queries;	/* kv_prefix_match calls */
+	uint64_t	 hit_tokens;	/* tokens they reused */
+	uint64_t	 evictions;	/* cached blocks given to new content */
+	uint32_t	 cached;	/* blocks holding a cached prefix now */
+};
+
+/* Turn the prefix cache on for a pool with no blocks in use; -1 if busy. */
+int		 kv_prefix_enable(struct kv_pool *, uint64_t seed);
+/* Turn it off and forget what it holds (before kv_pool_free). */
+void		 kv_prefix_disable(struct kv_pool *);
+/*
+ * Tokens of tokens[0..n) that kv_prefix_match would reuse now, always
+ * leaving at least one token to compute; 0 when the cache is off.
+ */
+uint32_t	 kv_prefix_lookup(const struct kv_pool *, const int32_t *tokens,
+		    uint32_t n);
+/*
+ * Start the empty seq with the longest cached chain of full blocks of
+ * tokens[0..n), at most n - 1 tokens, by reference; returns the tokens
+ * reused (seq->n_tokens).
+ */
+uint32_t	 kv_prefix_match(struct kv_pool *, struct kv_seq *,
+		    const int32_t *tokens, uint32_t n);
+/*
+ * Register seq's full blocks not yet hashed; tokens[0..seq->n_tokens) are
+ * the tokens whose KV it stores.
+ */
+void		 kv_prefix_commit(struct kv_pool *, struct kv_seq *,
+		    const int32_t *tokens);
+/* The cache's counters (zero when off). */
+void		 kv_prefix_stats(const struct kv_pool *, struct kv_prefix_stats *);
+/* Holders of block b (0: free). */
+uint32_t	 kv_block_refs(const struct kv_pool *, uint32_t b);
+/* Test hook: AND every hash with mask (0 makes all of them collide). */
+void		 kv_prefix_set_hash_mask(struct kv_pool *, uint64_t mask);
 
 /* Keys of (block, layer, kv_head): head_dim rows of block_size slots. */
 static inline void *

@@ -54,6 +54,11 @@ extern "C" {
 #define PHASED_POLICY_MAGIC		0x70687364u
 /* Bumped on any incompatible change of the structures below. */
 #define PHASED_POLICY_ABI_VERSION	1u
+/*
+ * Fields added within ABI version 1 in words that were reserved (zero for
+ * older daemons): 1 = phased_request.cached_tokens.
+ */
+#define PHASED_POLICY_ABI_MINOR		1u
 /* The one symbol a plugin exports. */
 #define PHASED_POLICY_SYMBOL		"phased_policy_entry"
 
@@ -90,7 +95,15 @@ struct phased_request {
 	uint32_t	kv_blocks;	/* KV blocks it holds on its group */
 	double		tbt_last_ms;	/* last gap between two of its tokens */
 	double		tbt_ewma_ms;	/* EWMA (alpha 1/8) of that gap; 0: none */
-	uint64_t	reserved[4];
+	/*
+	 * ABI minor 1: prompt tokens the prefix cache supplies (waiting: what
+	 * it holds now, already counted in computed_tokens; running: what it
+	 * supplied at admission).  Taken from the reserved words, so plugins
+	 * built before it still load and simply never read it.
+	 */
+	uint32_t	cached_tokens;
+	uint32_t	reserved32;
+	uint64_t	reserved[3];
 };
 
 /* A device group: one or more devices that run one engine loop. */

@@ -36,6 +36,197 @@ check_seq(const struct kv_pool *p, const struct kv_seq *s, uint8_t tag)
 	return (1);
 }
 
+
+/* A prompt of n tokens: base + i, so prompts with one base share prefixes. */
+static void
+prompt(int32_t *t, uint32_t n, int32_t base)
+{
+	uint32_t	i;
+
+	for (i = 0; i < n; i++)
+		t[i] = base + (int32_t)i;
+}
+
+/* Compute a sequence's prompt: reserve, "write" KV tagged by token, commit. */
+static void
+compute(struct kv_pool *p, struct kv_seq *s, const int32_t *t, uint32_t n)
+{
+	uint32_t	pos;
+	size_t		bs = p->layout.block_size;
+	uint8_t		*blk;
+
+	if (kv_seq_reserve(p, s, n - s->n_tokens) != 0)
+		return;
+	/* Each position's first byte holds its token: wrong reuse shows. */
+	for (pos = s->n_tokens; pos < n; pos++) {
+		blk = p->data + (size_t)s->blocks[pos / bs] * p->block_bytes;
+		blk[pos % bs] = (uint8_t)t[pos];
+	}
+	s->n_tokens = n;
+	kv_prefix_commit(p, s, t);
+}
+
+/* Whether every position of s holds the KV of token t[pos]. */
+static int
+kv_holds(const struct kv_pool *p, const struct kv_seq *s, const int32_t *t)
+{
+	uint32_t	pos;
+	size_t		bs = p->layout.block_size;
+
+	for (pos = 0; pos < s->n_tokens; pos++) {
+		if (p->data[(size_t)s->blocks[pos / bs] * p->block_bytes +
+		    pos % bs] != (uint8_t)t[pos])
+			return (0);
+	}
+	return (1);
+}
+
+/* Prefix cache: sharing, references, eviction, LRU order, collisions. */
+static void
+test_prefix(void)
+{
+	struct kv_layout	 l = { .n_layers = 1, .n_kv_heads = 1,
+				    .head_dim = 4, .block_size = 8,
+				    .type = KV_TYPE_F32 };
+	struct kv_prefix_stats	 st;
+	struct kv_pool		*p;
+	struct kv_seq		 a, b, c;
+	int32_t			 ta[40], tb[40], tc[40];
+	char			*cause = NULL;
+	uint32_t		 blk0, blk1;
+
+	memset(&a, 0, sizeof a);
+	memset(&b, 0, sizeof b);
+	memset(&c, 0, sizeof c);
+	p = kv_pool_create(&l, 8, &cause);
+	ok(kv_prefix_enable(p, 42) == 0, "prefix cache on");
+	is_int(kv_prefix_lookup(p, ta, 0), 0, "empty prompt: nothing cached");
+
+	/* a computes 20 tokens: blocks 0 and 1 are full and cached. */
+	prompt(ta, 40, 1);
+	is_int(kv_prefix_match(p, &a, ta, 20), 0, "cold cache: no hit");
+	compute(p, &a, ta, 20);
+	kv_prefix_stats(p, &st);
+	is_int(st.cached, 2, "two full blocks cached");
+	is_int(kv_prefix_lookup(p, ta, 40), 16, "lookup sees 16 tokens");
+	is_int(kv_prefix_lookup(p, ta, 16), 8,
+	    "a prompt of exactly two blocks reuses one: one token to compute");
+	is_int(kv_prefix_lookup(p, ta, 17), 16, "17 tokens reuse two blocks");
+
+	/* b shares a's first 16 tokens, by reference. */
+	prompt(tb, 40, 1);
+	tb[18] = 99;
+	is_int(kv_prefix_match(p, &b, tb, 30), 16, "b reuses 16 tokens");
+	ok(b.blocks[0] == a.blocks[0] && b.blocks[1] == a.blocks[1],
+	    "the same blocks, not copies");
+	is_int(kv_block_refs(p, a.blocks[0]), 2, "two holders");
+	is_int(kv_block_refs(p, a.blocks[2]), 1, "a's partial block is its own");
+	is_int(kv_pool_used_blocks(p), 3, "sharing takes no new block");
+	compute(p, &b, tb, 30);
+	ok(b.blocks[2] != a.blocks[2], "b's third block is its own");
+	ok(kv_holds(p, &a, ta) && kv_holds(p, &b, tb),
+	    "each sequence reads its own tokens' KV");
+
+	/* a lets go: shared blocks stay with b; a's own are cached or free. */
+	blk0 = a.blocks[0];
+	kv_seq_release(p, &a);
+	is_int(kv_block_refs(p, blk0), 1, "b still holds the shared block");
+	is_int(kv_pool_used_blocks(p), 4, "b's four blocks in use");
+	kv_seq_release(p, &b);
+	is_int(kv_pool_used_blocks(p), 0, "no block used after both end");
+	is_int(kv_pool_free_blocks(p), 8, "cached blocks count as free");
+	kv_prefix_stats(p, &st);
+	is_int(st.cached, 3, "three cached blocks stay reusable");
+
+	/* A later request finds them again. */
+	is_int(kv_prefix_match(p, &a, tb, 30), 24, "b's 24 tokens found again");
+	ok(kv_holds(p, &a, tb), "and they hold b's KV");
+	kv_seq_release(p, &a);
+
+	/* Eviction under a tiny pool: new content takes uncached blocks first. */
+	prompt(tc, 40, 50);
+	compute(p, &c, tc, 40);
+	is_int(c.n_blocks, 5, "c takes five blocks");
+	kv_prefix_stats(p, &st);
+	is_int(st.evictions, 0, "the five uncached blocks went first");
+	is_int(st.cached, 8, "all eight blocks cached");
+	kv_seq_release(p, &c);
+	/* LRU: c released last, so b's blocks are the oldest. */
+	ok(kv_seq_reserve(p, &a, 8) == 0, "one block for new content");
+	kv_prefix_stats(p, &st);
+	is_int(st.evictions, 1, "one cached block evicted");
+	is_int(kv_prefix_lookup(p, tc, 40), 32, "c's prefix is intact");
+	kv_seq_release(p, &a);
+	kv_prefix_stats(p, &st);
+	is_int(kv_prefix_lookup(p, tb, 30) < 24, 1,
+	    "the evicted block was one of b's (least recently released)");
+
+	/* A full pool of held blocks: nothing cached can be evicted. */
+	is_int(kv_prefix_match(p, &c, tc, 40), 32, "c again: 32 tokens");
+	ok(kv_seq_reserve(p, &a, 4 * 8) == 0, "the remaining four blocks");
+	ok(kv_seq_reserve(p, &b, 1) == -1, "a full pool refuses");
+	kv_seq_release(p, &a);
+	kv_seq_release(p, &b);
+	kv_seq_release(p, &c);
+	is_int(kv_pool_used_blocks(p), 0, "all back");
+
+	/* Forced collisions: every hash equal, tokens decide. */
+	kv_pool_free(p);
+	p = kv_pool_create(&l, 8, &cause);
+	kv_prefix_enable(p, 7);
+	kv_prefix_set_hash_mask(p, 0);
+	prompt(ta, 40, 1);
+	prompt(tb, 40, 100);
+	compute(p, &a, ta, 24);
+	is_int(kv_prefix_lookup(p, tb, 24), 0,
+	    "a colliding hash with other tokens is not reused");
+	compute(p, &b, tb, 24);
+	kv_prefix_stats(p, &st);
+	is_int(st.cached, 6, "both chains cached in one bucket");
+	/* Same second block after a different first: parent decides. */
+	memcpy(tc, tb, sizeof tc);
+	memcpy(tc + 8, ta + 8, 8 * sizeof *tc);
+	memcpy(tc, ta, 8 * sizeof *tc);
+	tc[3] = 77;
+	is_int(kv_prefix_lookup(p, tc, 24), 0,
+	    "a matching block after a different one is not reused");
+	memcpy(tc, ta, 16 * sizeof *tc);
+	is_int(kv_prefix_match(p, &c, tc, 24), 16,
+	    "the right chain is found among collisions");
+	ok(kv_holds(p, &c, ta), "and it holds the right KV");
+	kv_seq_release(p, &a);
+	kv_seq_release(p, &b);
+	kv_seq_release(p, &c);
+
+	/* Twins: two sequences computing one prefix; truncate of shared. */
+	kv_prefix_set_hash_mask(p, UINT64_MAX);
+	prompt(ta, 40, 200);
+	memset(&a, 0, sizeof a);
+	compute(p, &a, ta, 10);
+	compute(p, &b, ta, 10);
+	blk1 = b.blocks[0];
+	ok(blk1 != a.blocks[0], "a twin computed apart is its own block");
+	kv_seq_release(p, &b);
+	is_int(kv_block_refs(p, blk1), 0, "the twin is freed");
+	is_int(kv_prefix_match(p, &b, ta, 20), 8, "the registered one is found");
+	is_int(kv_block_refs(p, a.blocks[0]), 2, "and shared");
+	kv_seq_truncate(p, &b, 4);
+	is_int(b.n_tokens, 0, "truncating into a shared block drops it");
+	is_int(kv_block_refs(p, a.blocks[0]), 1, "a holds it alone");
+	compute(p, &b, tb, 12);
+	ok(kv_holds(p, &a, ta) && kv_holds(p, &b, tb),
+	    "rewriting after the truncate leaves a's KV alone");
+	kv_seq_truncate(p, &a, 4);
+	is_int(a.n_tokens, 4, "truncating an own block keeps its positions");
+	is_int(kv_prefix_lookup(p, ta, 20), 0, "and forgets it in the cache");
+	kv_seq_release(p, &a);
+	kv_seq_release(p, &b);
+	is_int(kv_pool_used_blocks(p), 0, "all back after twins");
+	kv_prefix_disable(p);
+	is_int(kv_pool_free_blocks(p), 8, "off again: all free");
+	kv_pool_free(p);
+}
+
 int
 main(void)
 {
@@ -216,5 +407,6 @@ main(void)
 	is_int(kv_pool_free_blocks(p), 0, "none free");
 	kv_seq_release(p, &a);
 	kv_pool_free(p);
+	test_prefix();
 	done_testing();
 }
