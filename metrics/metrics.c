@@ -568,6 +568,8 @@ inst_metrics_finished(struct inst_metrics *m, const struct reqtime *rt,
 	}
 	if (rt->finished != 0)
 		series_add(m, MET_E2E, t, s.e2e_ns);
+	for (int c = 0; c < WAIT__COUNT; c++)
+		m->wait_ns[c] += s.wait_ns[c];
 	if ((unsigned)why < FINISH__COUNT)
 		m->finished[why]++;
 	else
@@ -671,6 +673,7 @@ inst_metrics_snapshot(struct inst_metrics *src, struct inst_snapshot *dst,
 	}
 	memcpy(dst->finished, src->finished, sizeof dst->finished);
 	memcpy(dst->counters, src->counters, sizeof dst->counters);
+	memcpy(dst->wait_ns, src->wait_ns, sizeof dst->wait_ns);
 	dst->prompt_tokens = src->prompt_tokens;
 	dst->output_tokens = src->output_tokens;
 	dst->iterations = src->iterations;

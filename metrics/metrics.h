@@ -295,6 +295,7 @@ struct inst_metrics {
 	uint64_t	 output_tokens;		/* sampled by iterations */
 	uint64_t	 iterations;
 	uint64_t	 kv_used, kv_free, running, waiting;
+	uint64_t	 wait_ns[WAIT__COUNT];	/* finished requests' shares */
 };
 
 void	 inst_metrics_init(struct inst_metrics *, const char *name,
@@ -341,6 +342,7 @@ struct inst_snapshot {
 	uint64_t	 output_tokens;
 	uint64_t	 iterations;
 	uint64_t	 kv_used, kv_free, running, waiting;
+	uint64_t	 wait_ns[WAIT__COUNT];	/* finished requests' shares */
 };
 
 void	 inst_snapshot_init(struct inst_snapshot *);

@@ -55,11 +55,13 @@ def sums_ok(f, what):
 
 d = Daemon(conf="plugin-dir %s\nmodel stories \"%s\" ctx=512\n" % (PLUGINS, MODEL)).start()
 share = {}
+finals = []
 for name, policy in (("fcfs", ["fcfs"]), ("chunked", ["chunked-prefill", "budget=16"])):
     chats, long = scenario(d, policy)
     ok(long is not None and "request_id" in long and long["wait"]["prefill_ms"] > 0,
        "%s: the long prompt's Done names its id and its own prefill" % name, long)
     sums_ok(long, "%s long prompt" % name)
+    finals += [long] + chats
     for i, c in enumerate(chats):
         ok(c is not None and c["output_tokens"] == 400, "%s: chat %d ran to the end" % (name, i), c)
         sums_ok(c, "%s chat %d" % (name, i))
@@ -73,5 +75,20 @@ for name, policy in (("fcfs", ["fcfs"]), ("chunked", ["chunked-prefill", "budget
     share[name] = [c["wait"]["others_prefill_ms"] / c["e2e_ms"] for c in chats]
     diag("%s: others' prefill share of the chats' e2e %s, tbt_max %s ms" %
          (name, ["%.3f" % s for s in share[name]], [c["tbt_max_ms"] for c in chats]))
+
+# The per-model sums since start are the finished requests' shares.
+rc, out, err = d.ctl("--json", "stats", "stories")
+cnt = json.loads(out)["models"][0]["counters"]
+e2e = sum(f["e2e_ms"] for f in finals)
+total = sum(cnt["wait_%s_ms" % c] for c in CAUSES)
+ok(abs(total - e2e) <= 0.01 * e2e, "stats: the wait sums add up to the requests' e2e (%.1f of %.1f ms)"
+   % (total, e2e), cnt)
+near = abs(cnt["wait_others_prefill_ms"] - sum(f["wait"]["others_prefill_ms"] for f in finals))
+ok(near <= 0.01 * cnt["wait_others_prefill_ms"] + 0.01, "stats: others' prefill summed per model", cnt)
+rc, out, err = d.ctl("metrics")
+line = [x for x in out.splitlines() if x.startswith("phased_request_wait_seconds_total{")
+        and 'cause="others_prefill"' in x and 'model="stories"' in x]
+ok(len(line) == 1 and abs(float(line[0].split()[-1]) * 1e3 - cnt["wait_others_prefill_ms"]) < 0.01,
+   "metrics: phased_request_wait_seconds_total by cause", line)
 d.cleanup()
 done()
