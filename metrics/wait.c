@@ -96,7 +96,7 @@ void
 reqwait_iteration(struct reqwait *w, const struct wait_iter *it,
     uint64_t self, enum wait_cause own)
 {
-	uint64_t	dur, others, given = 0, share, start = it->start;
+	uint64_t	dur, others, share, start = it->start;
 	uint32_t	own_prefill = 0, po = 0;
 	size_t		i;
 
@@ -122,10 +122,8 @@ reqwait_iteration(struct reqwait *w, const struct wait_iter *it,
 		if (it->prefills[i].id == self)
 			continue;
 		share = others * it->prefills[i].tokens / po;
-		given += share;
 		blame(w, it->prefills[i].id, share);
 	}
-	(void)given;
 }
 
 /* The request finished: the rest goes to what it was waiting for. */
