@@ -16,6 +16,29 @@ static const char gen_usage[] = "usage: phasectl generate NAME "
     "[--repeat-penalty R] [--seed S] [--stop STR]... [--deadline-ms N] "
     "[--no-bos] [--logprobs N] PROMPT";
 
+/* The wait breakdown of a Done as JSON members, when the daemon sent one. */
+static void
+print_wait_json(const Phased__WaitBreakdown *w)
+{
+	size_t	i;
+
+	if (w == NULL)
+		return;
+	if (w->has_request_id)
+		printf(",\"request_id\":%" PRIu64, w->request_id);
+	printf(",\"wait\":{\"queued_ms\":%.3f,\"prefill_ms\":%.3f,"
+	    "\"decode_ms\":%.3f,\"others_prefill_ms\":%.3f,"
+	    "\"preempted_ms\":%.3f,\"kv_transfer_ms\":%.3f,"
+	    "\"client_ms\":%.3f,\"scheduling_ms\":%.3f},\"blamed\":[",
+	    w->queued_ms, w->prefill_ms, w->decode_ms, w->others_prefill_ms,
+	    w->preempted_ms, w->kv_transfer_ms, w->client_ms,
+	    w->scheduling_ms);
+	for (i = 0; i < w->n_blamed_ids && i < w->n_blamed_ms; i++)
+		printf("%s{\"id\":%" PRIu64 ",\"ms\":%.3f}", i ? "," : "",
+		    w->blamed_ids[i], w->blamed_ms[i]);
+	printf("]");
+}
+
 /* Print the final Done as a JSON object. */
 void
 ctl_print_done_json(const Phased__Done *d)
@@ -32,10 +55,12 @@ ctl_print_done_json(const Phased__Done *d)
 	    "\"output_tokens\":%u,\"decode_ms\":%.3f,\"prompt_tps\":%.2f,"
 	    "\"output_tps\":%.2f,\"queue_ms\":%.3f,\"e2e_ms\":%.3f,"
 	    "\"tpot_ms\":%.3f,\"tbt_max_ms\":%.3f,\"preemptions\":%u,"
-	    "\"cached_tokens\":%u}\n",
+	    "\"cached_tokens\":%u",
 	    t->prompt_tokens, t->prompt_ms, t->ttft_ms, t->output_tokens,
 	    t->decode_ms, t->prompt_tps, t->output_tps, t->queue_ms, t->e2e_ms,
 	    t->tpot_ms, t->tbt_max_ms, t->preemptions, d->cached_tokens);
+	print_wait_json(d->wait);
+	printf("}\n");
 }
 
 /* phasectl generate NAME [options] PROMPT */

@@ -114,7 +114,12 @@ print_model_stats(const Phased__ModelStats *m, int json)
 	    m->prefix_cache_evictions, m->prefix_cache_blocks);
 	printf("  finished:");
 	for (i = 0; i < m->n_counters; i++)
-		printf(" %s", m->counters[i]);
+		if (strncmp(m->counters[i], "wait_", 5) != 0)
+			printf(" %s", m->counters[i]);
+	printf("\n  finished requests' time by cause:");
+	for (i = 0; i < m->n_counters; i++)
+		if (strncmp(m->counters[i], "wait_", 5) == 0)
+			printf(" %s", m->counters[i] + 5);
 	printf("\n  %-22s %8s %10s %10s %10s %10s %10s\n", "window", "count",
 	    "mean", "p50", "p90", "p99", "max");
 	for (i = 0; i < m->n_window; i++)

@@ -93,6 +93,7 @@ struct egroup {
 	struct ereq		**freqs;
 	float			*logits;
 	uint64_t		*gaps;
+	struct wait_entry	*wpref;		/* the batch's prefill entries */
 	size_t			 vcap;
 };
 
@@ -119,6 +120,7 @@ struct engine {
 	struct inst_metrics	 metrics;
 	struct trace		 trace;
 	int			 eos_is_eog;
+	struct wait_model	 wmodel;	/* iteration cost, all groups */
 };
 
 /* Lock the engine. */
@@ -240,6 +242,7 @@ preempt(struct engine *e, struct ereq *r)
 	r->prefill_target = r->n_tokens;
 	e->n_waiting++;
 	reqtime_preempt(&r->timing);
+	reqwait_gap(&r->timing.wait, now_ns(), WAIT_PREEMPTED);
 	inst_metrics_count(&e->metrics, CNT_PREEMPTIONS, 1);
 }
 
@@ -353,6 +356,7 @@ migrate(struct engine *e, struct ereq *r, int to)
 	kv_seq_release(src->pool, &r->seq);
 	r->seq = seq;
 	r->group = to;
+	reqwait_gap(&r->timing.wait, now_ns(), WAIT_KV_TRANSFER);
 	return (0);
 }
 
@@ -662,6 +666,48 @@ record_iteration(struct engine *e, struct egroup *g, uint64_t start,
 	}
 }
 
+/*
+ * Give each request of the batch its share of the iteration: its own
+ * work, and the part the other requests' prompt tokens added (wait.h).
+ * Before the states move on.  Lock held.
+ */
+static void
+attribute_wait(struct engine *e, struct egroup *g, int nb, uint64_t start,
+    uint64_t end, uint32_t prefill, uint32_t decode)
+{
+	struct wait_iter	 it;
+	struct ereq		*r;
+	enum wait_cause		 own;
+	size_t			 np = 0;
+	int			 i;
+
+	for (i = 0; i < nb; i++) {
+		if (g->freqs[i]->state == PHASED_REQ_DECODING)
+			continue;
+		g->wpref[np].id = g->freqs[i]->id;
+		g->wpref[np++].tokens = (uint32_t)g->fentries[i].n_tokens;
+	}
+	wait_model_add(&e->wmodel, prefill, decode, end - start);
+	memset(&it, 0, sizeof it);
+	it.start = start;
+	it.end = end;
+	it.prefill_tokens = prefill;
+	it.decode_tokens = decode;
+	it.prefills = g->wpref;
+	it.nprefills = np;
+	wait_model_coef(&e->wmodel, &it.a, &it.b, &it.c);
+	for (i = 0; i < nb; i++) {
+		r = g->freqs[i];
+		if (r->state == PHASED_REQ_DECODING)
+			own = WAIT_DECODE;
+		else if (r->timing.preemptions > 0)
+			own = WAIT_PREEMPTED;
+		else
+			own = WAIT_PREFILL;
+		reqwait_iteration(&r->timing.wait, &it, r->id, own);
+	}
+}
+
 /* Update the gauges of the metrics.  Lock held. */
 static void
 update_gauges(struct engine *e)
@@ -756,6 +802,7 @@ group_main(void *arg)
 
 		elock(e);
 		end = now_ns();
+		attribute_wait(e, g, nb, start, end, prefill, decode);
 		nout = 0;
 		ngaps = 0;
 		for (i = 0; i < nb; i++) {
@@ -843,6 +890,7 @@ group_setup(struct engine *e, int i, char **cause)
 	g->fentries = xcalloc(cap, sizeof *g->fentries);
 	g->freqs = xcalloc(cap, sizeof *g->freqs);
 	g->gaps = xcalloc(cap, sizeof *g->gaps);
+	g->wpref = xcalloc(cap, sizeof *g->wpref);
 	g->logits = xcalloc((size_t)e->conf.max_seqs * e->n_vocab,
 	    sizeof *g->logits);
 	e->vgroups[i].role = (uint32_t)gs->role;
@@ -867,6 +915,7 @@ group_teardown(struct engine *e, struct egroup *g)
 	free(g->fentries);
 	free(g->freqs);
 	free(g->gaps);
+	free(g->wpref);
 	free(g->logits);
 }
 
@@ -901,6 +950,7 @@ engine_create(struct model *m, const struct engine_config *conf,
 	pguard_init(&e->policy, &pc);
 	memset(&mc, 0, sizeof mc);
 	inst_metrics_init(&e->metrics, e->name, now_ns(), &mc);
+	wait_model_init(&e->wmodel);
 	if (trace_init(&e->trace, 1U << 16, cause) != 0)
 		goto fail;
 	backend = conf->groups[0].backend[0] != '\0' ?

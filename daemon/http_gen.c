@@ -502,11 +502,31 @@ http_busy(void)
 	return (live != NULL || waiting != NULL);
 }
 
+/* Where a finished request's time went (ms per cause) and whom it blames. */
+static json_t *
+http_wait(const struct reqtime_summary *s)
+{
+	json_t		*w = json_object(), *b = json_array();
+	char		 key[64];
+	uint32_t	 i;
+	int		 c;
+
+	for (c = 0; c < WAIT__COUNT; c++) {
+		snprintf(key, sizeof key, "%s_ms", wait_cause_names[c]);
+		json_object_set_new(w, key, json_real(s->wait_ns[c] / 1e6));
+	}
+	for (i = 0; i < s->nblamed && i < WAIT_BLAME_MAX; i++)
+		json_array_append_new(b, json_pack("{sI,sf}", "id",
+		    (json_int_t)s->blamed[i].id, "ms", s->blamed[i].ns / 1e6));
+	json_object_set_new(w, "blamed", b);
+	return (w);
+}
+
 /* Timings of a finished request as a JSON object (the extension). */
 json_t *
 http_timings(const struct reqtime_summary *s)
 {
-	return (json_pack("{sI,sI,sf,sf,sf,sf,sf,sf,sf,sf}",
+	return (json_pack("{sI,sI,sf,sf,sf,sf,sf,sf,sf,sf,so}",
 	    "prompt_n", (json_int_t)s->prompt_tokens,
 	    "predicted_n", (json_int_t)s->output_tokens,
 	    "queue_ms", s->queue_ns / 1e6,
@@ -516,7 +536,8 @@ http_timings(const struct reqtime_summary *s)
 	    "predicted_ms", s->decode_ns / 1e6,
 	    "predicted_per_second", s->output_tps,
 	    "tbt_max_ms", s->tbt_max_ns / 1e6,
-	    "e2e_ms", s->e2e_ns / 1e6));
+	    "e2e_ms", s->e2e_ns / 1e6,
+	    "wait", http_wait(s)));
 }
 
 /* --- JSON fields ----------------------------------------------------------- */

@@ -34,6 +34,30 @@ gen_cancel(struct stream *s, const char *why)
 		stream_free(s);
 }
 
+/* The wait breakdown of a summary, in the arrays given for the blame. */
+static void
+wait_fill(Phased__WaitBreakdown *w, const struct reqtime_summary *s,
+    uint64_t *ids, double *ms)
+{
+	uint32_t	i;
+
+	w->queued_ms = s->wait_ns[WAIT_QUEUED] / 1e6;
+	w->prefill_ms = s->wait_ns[WAIT_PREFILL] / 1e6;
+	w->decode_ms = s->wait_ns[WAIT_DECODE] / 1e6;
+	w->others_prefill_ms = s->wait_ns[WAIT_OTHERS_PREFILL] / 1e6;
+	w->preempted_ms = s->wait_ns[WAIT_PREEMPTED] / 1e6;
+	w->kv_transfer_ms = s->wait_ns[WAIT_KV_TRANSFER] / 1e6;
+	w->client_ms = s->wait_ns[WAIT_CLIENT] / 1e6;
+	w->scheduling_ms = s->wait_ns[WAIT_SCHEDULING] / 1e6;
+	for (i = 0; i < s->nblamed && i < WAIT_BLAME_MAX; i++) {
+		ids[i] = s->blamed[i].id;
+		ms[i] = s->blamed[i].ns / 1e6;
+	}
+	w->n_blamed_ids = w->n_blamed_ms = i;
+	w->blamed_ids = ids;
+	w->blamed_ms = ms;
+}
+
 /* Send a Done built from the engine's final event. */
 static void
 send_done(struct gen *g, struct engine_event *ev)
@@ -42,6 +66,9 @@ send_done(struct gen *g, struct engine_event *ev)
 	Phased__Done		 d = PHASED__DONE__INIT;
 	Phased__Timings		 t = PHASED__TIMINGS__INIT;
 	struct reqtime_summary	*s = &ev->summary;
+	Phased__WaitBreakdown	 w = PHASED__WAIT_BREAKDOWN__INIT;
+	uint64_t		 ids[WAIT_BLAME_MAX];
+	double			 ms[WAIT_BLAME_MAX];
 
 	t.prompt_tokens = s->prompt_tokens;
 	t.output_tokens = s->output_tokens;
@@ -58,6 +85,10 @@ send_done(struct gen *g, struct engine_event *ev)
 	t.tbt_max_ms = s->tbt_max_ns / 1e6;
 	t.has_preemptions = 1;
 	t.preemptions = s->preemptions;
+	wait_fill(&w, s, ids, ms);
+	w.has_request_id = 1;
+	w.request_id = g->engine_id;
+	d.wait = &w;
 	d.finish_reason = (char *)finish_reason_names[ev->reason];
 	d.timings = &t;
 	d.error = ev->error;

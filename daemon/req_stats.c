@@ -20,6 +20,9 @@
 #define TRACE_MAX_SECONDS	3600
 
 /* Fill one ModelStats from an instance's snapshot. */
+/* Counters of a model: finished by reason, then the wait causes. */
+#define STATS_NCOUNTERS	(FINISH__COUNT + WAIT__COUNT)
+
 static void
 fill_model_stats(struct instance *in, const struct inst_snapshot *sn,
     Phased__ModelStats *ms, Phased__StatsRow *rows, Phased__StatsRow **ptrs,
@@ -69,7 +72,11 @@ fill_model_stats(struct instance *in, const struct inst_snapshot *sn,
 	for (i = 0; i < FINISH__COUNT; i++)
 		xasprintf(&counters[i], "finished_%s=%llu",
 		    finish_reason_names[i], (unsigned long long)sn->finished[i]);
-	ms->n_counters = FINISH__COUNT;
+	/* Finished requests' end-to-end time by cause (wait.h), since start. */
+	for (i = 0; i < WAIT__COUNT; i++)
+		xasprintf(&counters[FINISH__COUNT + i], "wait_%s_ms=%.3f",
+		    wait_cause_names[i], sn->wait_ns[i] / 1e6);
+	ms->n_counters = STATS_NCOUNTERS;
 	ms->counters = counters;
 	ms->has_prefix_cache_queries = ms->has_prefix_cache_hit_tokens =
 	    ms->has_prefix_cache_evictions = ms->has_prefix_cache_blocks = 1;
@@ -111,7 +118,7 @@ req_stats(struct conn *c, Phased__Request *req)
 	mptrs = xcalloc(n + 1, sizeof *mptrs);
 	rows = xcalloc((n + 1) * 2 * MET__COUNT, sizeof *rows);
 	rptrs = xcalloc((n + 1) * 2 * MET__COUNT, sizeof *rptrs);
-	counters = xcalloc((n + 1) * FINISH__COUNT, sizeof *counters);
+	counters = xcalloc((n + 1) * STATS_NCOUNTERS, sizeof *counters);
 	i = 0;
 	for (in = instance_first(); in != NULL; in = instance_next(in)) {
 		if (in->state != INST_READY ||
@@ -120,7 +127,7 @@ req_stats(struct conn *c, Phased__Request *req)
 		inst_snapshot_init(&snaps[i]);
 		inst_metrics_snapshot(engine_metrics(in->engine), &snaps[i], now);
 		fill_model_stats(in, &snaps[i], &ms[i], rows + i * 2 * MET__COUNT,
-		    rptrs + i * 2 * MET__COUNT, counters + i * FINISH__COUNT);
+		    rptrs + i * 2 * MET__COUNT, counters + i * STATS_NCOUNTERS);
 		mptrs[i] = &ms[i];
 		ins[i] = in;
 		i++;
@@ -134,8 +141,8 @@ req_stats(struct conn *c, Phased__Request *req)
 	for (i = 0; i < n; i++) {
 		inst_snapshot_free(&snaps[i]);
 		free(ms[i].policy);
-		for (j = 0; j < FINISH__COUNT; j++)
-			free(counters[i * FINISH__COUNT + j]);
+		for (j = 0; j < STATS_NCOUNTERS; j++)
+			free(counters[i * STATS_NCOUNTERS + j]);
 	}
 	free(ins);
 	free(snaps);

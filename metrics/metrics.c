@@ -312,6 +312,7 @@ reqtime_init(struct reqtime *rt, uint64_t arrival, uint32_t prompt_tokens)
 	memset(rt, 0, sizeof *rt);
 	rt->arrival = arrival;
 	rt->prompt_tokens = prompt_tokens;
+	reqwait_init(&rt->wait, arrival);
 }
 
 /* Release the chunk and gap arrays. */
@@ -394,6 +395,7 @@ void
 reqtime_finish(struct reqtime *rt, uint64_t now)
 {
 	rt->finished = now;
+	reqwait_finish(&rt->wait, now);
 }
 
 /* Interval b - a, or 0 when either end is missing or b is earlier. */
@@ -443,6 +445,8 @@ reqtime_summary(const struct reqtime *rt, struct reqtime_summary *s)
 		    (double)s->prefill_ns;
 	if (s->e2e_ns != 0)
 		s->e2e_tps = (double)rt->n_tokens * 1e9 / (double)s->e2e_ns;
+	memcpy(s->wait_ns, rt->wait.ns, sizeof s->wait_ns);
+	s->nblamed = (uint32_t)reqwait_blamed(&rt->wait, s->blamed);
 }
 
 /* --- Per-instance aggregates -------------------------------------------- */
@@ -564,6 +568,8 @@ inst_metrics_finished(struct inst_metrics *m, const struct reqtime *rt,
 	}
 	if (rt->finished != 0)
 		series_add(m, MET_E2E, t, s.e2e_ns);
+	for (int c = 0; c < WAIT__COUNT; c++)
+		m->wait_ns[c] += s.wait_ns[c];
 	if ((unsigned)why < FINISH__COUNT)
 		m->finished[why]++;
 	else
@@ -678,6 +684,7 @@ inst_metrics_snapshot(struct inst_metrics *src, struct inst_snapshot *dst,
 	}
 	memcpy(dst->finished, src->finished, sizeof dst->finished);
 	memcpy(dst->counters, src->counters, sizeof dst->counters);
+	memcpy(dst->wait_ns, src->wait_ns, sizeof dst->wait_ns);
 	dst->prompt_tokens = src->prompt_tokens;
 	dst->output_tokens = src->output_tokens;
 	dst->iterations = src->iterations;

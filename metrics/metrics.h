@@ -8,6 +8,7 @@
 
 #include "finish_reason.h"
 #include "percentile.h"
+#include "wait.h"
 
 /*
  * phased measures the two phases of generation separately (prompt
@@ -182,6 +183,8 @@ struct reqtime {
 
 	uint32_t	*gaps_us;	/* n_tokens - 1 gaps */
 	uint32_t	 gaps_alloc;
+
+	struct reqwait	 wait;		/* who made it wait (wait.h) */
 };
 
 /* Derived figures; times in ns, rates in tokens/s, 0 when undefined. */
@@ -202,6 +205,9 @@ struct reqtime_summary {
 	double		 prompt_tps;	/* prompt_tokens / prefill_ns */
 	double		 output_tps;	/* (n - 1) / decode_ns = 1 / tpot */
 	double		 e2e_tps;	/* output_tokens / e2e_ns */
+	uint64_t	 wait_ns[WAIT__COUNT];	/* sums to e2e_ns once finished */
+	struct wait_blame blamed[WAIT_BLAME_MAX]; /* largest first */
+	uint32_t	 nblamed;
 };
 
 void	 reqtime_init(struct reqtime *, uint64_t arrival,
@@ -293,6 +299,7 @@ struct inst_metrics {
 	uint64_t	 output_tokens;		/* sampled by iterations */
 	uint64_t	 iterations;
 	uint64_t	 kv_used, kv_free, running, waiting;
+	uint64_t	 wait_ns[WAIT__COUNT];	/* finished requests' shares */
 };
 
 void	 inst_metrics_init(struct inst_metrics *, const char *name,
@@ -342,6 +349,7 @@ struct inst_snapshot {
 	uint64_t	 output_tokens;
 	uint64_t	 iterations;
 	uint64_t	 kv_used, kv_free, running, waiting;
+	uint64_t	 wait_ns[WAIT__COUNT];	/* finished requests' shares */
 };
 
 void	 inst_snapshot_init(struct inst_snapshot *);

@@ -289,6 +289,17 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 			    (double)snaps[i]->finished[r]);
 		}
 	}
+	prom_family(sb, "phased_request_wait_seconds_total", "counter",
+	    "Finished requests' end-to-end time, by the cause it went to.");
+	for (i = 0; i < n; i++) {
+		for (r = 0; r < WAIT__COUNT; r++) {
+			snprintf(extra, sizeof extra, "cause=\"%s\"",
+			    wait_cause_names[r]);
+			prom_sample(sb, "phased_request_wait_seconds_total", "",
+			    snaps[i]->name, extra,
+			    (double)snaps[i]->wait_ns[r] / 1e9);
+		}
+	}
 	prom_field(sb, "phased_preemptions_total", "counter",
 	    "Requests preempted (KV state dropped, prefill redone).",
 	    snaps, n, S(counters[CNT_PREEMPTIONS]));

@@ -675,6 +675,12 @@ test_exposition(void)
 	near(pget(&doc, "phased_requests_finished_total", "llama", "reason", "cancelled"),
 	    0, 0, "0 cancelled, still exported");
 	near(pget(&doc, "phased_preemptions_total", "llama", NULL, NULL), 3, 0, "preemptions");
+	/* feed() runs no iteration: every request's life went to its queue. */
+	near(pget(&doc, "phased_request_wait_seconds_total", "llama", "cause", "queued"),
+	    pget(&doc, "phased_e2e_request_latency_seconds_sum", "llama", NULL, NULL),
+	    1e-9, "wait by cause: queued is the e2e sum without iterations");
+	near(pget(&doc, "phased_request_wait_seconds_total", "llama", "cause", "others_prefill"),
+	    0, 0, "wait by cause: no others' prefill");
 	near(pget(&doc, "phased_policy_plan_errors_total", "llama", NULL, NULL), 1, 0,
 	    "plan errors");
 	near(pget(&doc, "phased_policy_swaps_total", "llama", NULL, NULL), 0, 0, "swaps");
