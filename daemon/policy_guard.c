@@ -19,7 +19,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -759,12 +758,36 @@ pguard_rtt(struct policy_guard *g, uint64_t *p50, uint64_t *p99)
 	pthread_mutex_unlock(&g->call_mu);
 }
 
-/* Order plugin infos by name. */
-static int
-info_cmp(const void *a, const void *b)
+/* Describe a plugin by loading it in a policy host of its own. */
+static void
+describe_in_host(void *arg, const char *plugindir, struct policy_info *pi)
 {
-	return (strcmp(((const struct policy_info *)a)->name,
-	    ((const struct policy_info *)b)->name));
+	const char	*host = arg;
+	struct guarded	*p;
+	size_t		 dlen;
+	char		*why = NULL, msg[POLICY_ERRLEN];
+
+	if ((p = host_start(host, plugindir, pi->name, 1, &why)) == NULL) {
+		pi->error = why;
+		return;
+	}
+	if (host_call(p, PCHAN_OP_DESCRIBE, PGUARD_MAX_DEADLINE_MS) != 0)
+		xasprintf(&pi->error, "policy '%s': its policy host failed "
+		    "while loading it: %s", pi->name, p->why);
+	else if (p->hdr->status != 0) {
+		host_text(msg, sizeof msg, p->hdr->err, sizeof p->hdr->err);
+		pi->error = xstrdup(msg);
+	} else {
+		p->hdr->text[sizeof p->hdr->text - 1] = '\0';
+		host_text(msg, sizeof msg, p->hdr->text, sizeof p->hdr->text);
+		pi->describe = xstrdup(msg);
+		dlen = strlen(p->hdr->text) + 1;
+		host_text(msg, sizeof msg, p->hdr->text + dlen,
+		    sizeof p->hdr->text - dlen);
+		pi->params_help = xstrdup(msg);
+	}
+	host_end(p);
+	free(p);
 }
 
 /* List plugins, loading each in a policy host, not in the daemon. */
@@ -772,61 +795,6 @@ int
 pguard_list(const char *host, const char *plugindir, struct policy_info **out,
     size_t *nout, char **cause)
 {
-	struct policy_info	*v = NULL, *pi;
-	struct guarded		*p;
-	struct dirent		*de;
-	DIR			*d;
-	size_t			 n = 0, len, dlen;
-	char			*name, *why, msg[POLICY_ERRLEN];
-
-	if ((d = opendir(plugindir)) == NULL) {
-		set_cause(cause, "plugin directory %s: %s", plugindir,
-		    strerror(errno));
-		return (-1);
-	}
-	while ((de = readdir(d)) != NULL) {
-		len = strlen(de->d_name);
-		if (len <= 3 || strcmp(de->d_name + len - 3, ".so") != 0)
-			continue;
-		name = xstrndup(de->d_name, len - 3);
-		if (policy_name_valid(name, NULL) != 0) {
-			free(name);
-			continue;
-		}
-		v = xreallocarray(v, n + 1, sizeof *v);
-		pi = &v[n++];
-		memset(pi, 0, sizeof *pi);
-		pi->name = name;
-		why = NULL;
-		if ((p = host_start(host, plugindir, name, 1, &why)) == NULL) {
-			pi->error = why;
-			continue;
-		}
-		if (host_call(p, PCHAN_OP_DESCRIBE, PGUARD_MAX_DEADLINE_MS) !=
-		    0)
-			xasprintf(&pi->error, "policy '%s': its policy host "
-			    "failed while loading it: %s", name, p->why);
-		else if (p->hdr->status != 0) {
-			host_text(msg, sizeof msg, p->hdr->err,
-			    sizeof p->hdr->err);
-			pi->error = xstrdup(msg);
-		} else {
-			p->hdr->text[sizeof p->hdr->text - 1] = '\0';
-			host_text(msg, sizeof msg, p->hdr->text,
-			    sizeof p->hdr->text);
-			pi->describe = xstrdup(msg);
-			dlen = strlen(p->hdr->text) + 1;
-			host_text(msg, sizeof msg, p->hdr->text + dlen,
-			    sizeof p->hdr->text - dlen);
-			pi->params_help = xstrdup(msg);
-		}
-		host_end(p);
-		free(p);
-	}
-	closedir(d);
-	if (n > 1)
-		qsort(v, n, sizeof *v, info_cmp);
-	*out = v;
-	*nout = n;
-	return (0);
+	return (policy_scan(plugindir, describe_in_host, (void *)host, out,
+	    nout, cause));
 }

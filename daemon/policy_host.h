@@ -83,6 +83,15 @@ void	 policy_slot_arrival(struct policy_slot *, const struct phased_request *);
 /* Tell the active policy a request finished. */
 void	 policy_slot_finish(struct policy_slot *, const struct phased_request *);
 
+/* Fill one found plugin's description or error. */
+typedef void (*policy_describe_fn)(void *arg, const char *plugindir,
+	    struct policy_info *);
+/*
+ * Find the plugins in plugindir and describe each with fn; sorted by name,
+ * -1 and cause when the directory cannot be read.
+ */
+int	 policy_scan(const char *plugindir, policy_describe_fn, void *arg,
+	    struct policy_info **, size_t *, char **cause);
 /* List the plugins in plugindir, sorted by name; -1 and cause on error. */
 int	 policy_list(const char *plugindir, struct policy_info **, size_t *,
 	    char **cause);

@@ -422,20 +422,18 @@ policy_strdup(const char *s)
 }
 
 /*
- * List the plugins in plugindir, sorted by name: every NAME.so whose name is
- * valid, with its description, or the reason it cannot be loaded.
+ * Find the plugins in plugindir (NAME.so with a valid name) and have
+ * describe fill each one's description or error; sorted by name.
  */
 int
-policy_list(const char *plugindir, struct policy_info **out, size_t *nout,
-    char **cause)
+policy_scan(const char *plugindir, policy_describe_fn describe, void *arg,
+    struct policy_info **out, size_t *nout, char **cause)
 {
-	const struct phased_policy	*ops;
-	struct policy_info		*v = NULL, *pi;
-	struct dirent			*de;
-	DIR				*d;
-	size_t				 n = 0, len;
-	char				*name, *why;
-	void				*h;
+	struct policy_info	*v = NULL, *pi;
+	struct dirent		*de;
+	DIR			*d;
+	size_t			 n = 0, len;
+	char			*name;
 
 	if ((d = opendir(plugindir)) == NULL) {
 		set_cause(cause, "plugin directory %s: %s", plugindir,
@@ -455,16 +453,7 @@ policy_list(const char *plugindir, struct policy_info **out, size_t *nout,
 		pi = &v[n++];
 		memset(pi, 0, sizeof *pi);
 		pi->name = name;
-		why = NULL;
-		if ((h = policy_dlopen(plugindir, name, &ops, &why)) == NULL) {
-			pi->error = why;
-			continue;
-		}
-		pi->describe = policy_strdup(ops->describe != NULL ?
-		    ops->describe : "");
-		pi->params_help = policy_strdup(ops->params_help != NULL ?
-		    ops->params_help : "");
-		dlclose(h);
+		describe(arg, plugindir, pi);
 	}
 	closedir(d);
 	if (n > 1)
@@ -472,6 +461,33 @@ policy_list(const char *plugindir, struct policy_info **out, size_t *nout,
 	*out = v;
 	*nout = n;
 	return (0);
+}
+
+/* Describe a plugin by opening it in this process. */
+static void
+describe_here(void *arg, const char *plugindir, struct policy_info *pi)
+{
+	const struct phased_policy	*ops;
+	char				*why = NULL;
+	void				*h;
+
+	if ((h = policy_dlopen(plugindir, pi->name, &ops, &why)) == NULL) {
+		pi->error = why;
+		return;
+	}
+	pi->describe = policy_strdup(ops->describe != NULL ?
+	    ops->describe : "");
+	pi->params_help = policy_strdup(ops->params_help != NULL ?
+	    ops->params_help : "");
+	dlclose(h);
+}
+
+/* List the plugins in plugindir, opening each in this process. */
+int
+policy_list(const char *plugindir, struct policy_info **out, size_t *nout,
+    char **cause)
+{
+	return (policy_scan(plugindir, describe_here, NULL, out, nout, cause));
 }
 
 /* Free what policy_list() returned. */
