@@ -13,6 +13,7 @@
 #include "model.h"
 #include "tap.h"
 #include "testdata.h"
+#include "model-testutil.h"
 #include "threadpool.h"
 #include "tokenizer.h"
 
@@ -34,35 +35,6 @@ static const char *want_arch[] = { "llama", "llama", "qwen2", "qwen3",
 
 static char	 shared[1024];
 
-/* Forward n tokens of one sequence in chunks; logits of the last token. */
-static int
-prefill(const struct model *m, struct kv_pool *pool, struct kv_seq *seq,
-    const int32_t *tok, int n, int chunk, struct threadpool *tp, float *logits)
-{
-	struct fwd_entry	 e;
-	struct fwd_batch	 b = { &e, 1 };
-	char			*cause = NULL;
-	int			 i, c;
-
-	for (i = 0; i < n; i += c) {
-		c = n - i < chunk ? n - i : chunk;
-		if (kv_seq_reserve(pool, seq, c) != 0) {
-			diag("reserve failed");
-			return (-1);
-		}
-		e.seq = seq;
-		e.tokens = tok + i;
-		e.n_tokens = c;
-		e.logits = i + c == n ? logits : NULL;
-		if (model_forward(m, pool, &b, tp, &cause) != 0) {
-			diag("forward: %s", cause);
-			free(cause);
-			return (-1);
-		}
-	}
-	return (0);
-}
-
 /* Largest absolute value of an array. */
 static double
 maxabs(const float *a, int n)
@@ -72,22 +44,6 @@ maxabs(const float *a, int n)
 
 	for (i = 0; i < n; i++)
 		d = fabs(a[i]) > d ? fabs(a[i]) : d;
-	return (d);
-}
-
-/* Largest absolute difference of two arrays (infinite on NaN). */
-static double
-maxdiff(const float *a, const float *b, int n)
-{
-	double	d = 0.0, e;
-	int	i;
-
-	for (i = 0; i < n; i++) {
-		e = fabs((double)a[i] - b[i]);
-		if (isnan(e))
-			return (INFINITY);
-		d = e > d ? e : d;
-	}
 	return (d);
 }
 

@@ -17,6 +17,7 @@
 #include "model.h"
 #include "tap.h"
 #include "testdata.h"
+#include "model-testutil.h"
 #include "threadpool.h"
 #include "tokenizer.h"
 
@@ -27,35 +28,6 @@
 
 static char	 shared[1024];
 static char	 tmpdir[1024];
-
-/* Forward n tokens of one sequence in chunks; logits of the last token. */
-static int
-prefill(const struct model *m, struct kv_pool *pool, struct kv_seq *seq,
-    const int32_t *tok, int n, int chunk, struct threadpool *tp, float *logits)
-{
-	struct fwd_entry	 e;
-	struct fwd_batch	 b = { &e, 1 };
-	char			*cause = NULL;
-	int			 i, c;
-
-	for (i = 0; i < n; i += c) {
-		c = n - i < chunk ? n - i : chunk;
-		if (kv_seq_reserve(pool, seq, c) != 0) {
-			diag("reserve failed");
-			return (-1);
-		}
-		e.seq = seq;
-		e.tokens = tok + i;
-		e.n_tokens = c;
-		e.logits = i + c == n ? logits : NULL;
-		if (model_forward(m, pool, &b, tp, &cause) != 0) {
-			diag("forward: %s", cause);
-			free(cause);
-			return (-1);
-		}
-	}
-	return (0);
-}
 
 /* Greedy decode steps from logits; records tokens and each step's logits. */
 static int
@@ -75,20 +47,6 @@ decode(const struct model *m, struct kv_pool *pool, struct kv_seq *seq,
 			memcpy(all_logits + (size_t)i * nv, logits, nv * sizeof *logits);
 	}
 	return (0);
-}
-
-/* Largest absolute difference of two float arrays. */
-static double
-maxdiff(const float *a, const float *b, size_t n)
-{
-	double	d = 0.0;
-	size_t	i;
-
-	for (i = 0; i < n; i++) {
-		if (fabs((double)a[i] - b[i]) > d || isnan(a[i] - b[i]))
-			d = isnan(a[i] - b[i]) ? INFINITY : fabs((double)a[i] - b[i]);
-	}
-	return (d);
 }
 
 /* Load a model or report why not. */
