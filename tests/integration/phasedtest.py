@@ -1,6 +1,8 @@
 """phasedtest: helpers for the integration tests (TAP output, a daemon on a
 temporary socket, raw frames and a minimal protobuf codec)."""
 
+import http.client
+import json
 import os
 import shutil
 import signal
@@ -303,3 +305,58 @@ class Daemon:
 
     def cleanup(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def gen_json(d, model, prompt, *opts):
+    """Run phasectl --json generate; return (rc, tokens, final, stderr)."""
+    rc, out, err = d.ctl("--json", "generate", model, *opts, prompt)
+    lines = [json.loads(x) for x in out.splitlines() if x.strip()]
+    toks = [x["token_id"] for x in lines if "token_id" in x]
+    final = lines[-1] if lines and "finish_reason" in lines[-1] else None
+    if final is not None:
+        final["text"] = "".join(x.get("text", "") for x in lines if "token_id" in x)
+    return rc, toks, final, err
+
+
+def gen_many(d, model, prompts, opts):
+    """Start one phasectl per prompt at once; return (tokens, final) each."""
+    procs = [subprocess.Popen([PHASECTL, "-s", d.sock, "--json", "generate", model]
+                              + list(opts) + [p], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for p in prompts]
+    res = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        lines = [json.loads(x) for x in out.decode().splitlines() if x.strip()]
+        res.append(([x["token_id"] for x in lines if "token_id" in x],
+                    lines[-1] if lines else None))
+    return res
+
+
+def models(d):
+    """The daemon's models by name, as phasectl --json models gives them."""
+    rc, out, err = d.ctl("--json", "models")
+    return {m["name"]: m for m in json.loads(out)}
+
+
+def wait_idle(d, name, timeout=30):
+    """Wait until a model has no requests and report its KV use."""
+    m = None
+    for _ in range(timeout * 10):
+        m = models(d)[name]
+        if m["requests_running"] == 0 and m["requests_waiting"] == 0:
+            break
+        time.sleep(0.1)
+    return m
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    """http.client over a Unix socket."""
+
+    def __init__(self, path, timeout=60):
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)

@@ -26,45 +26,6 @@ PROMPTS = ["Once upon a time", "The little dog was", "Lily went to the park",
            "The cat and the bird", "Mom said"]
 
 
-def gen_json(d, model, prompt, *opts):
-    """Run phasectl --json generate; return (rc, tokens, final, stderr)."""
-    rc, out, err = d.ctl("--json", "generate", model, *opts, prompt)
-    lines = [json.loads(x) for x in out.splitlines() if x.strip()]
-    toks = [x["token_id"] for x in lines if "token_id" in x]
-    final = lines[-1] if lines and "finish_reason" in lines[-1] else None
-    return rc, toks, final, err
-
-
-def gen_many(d, model, prompts, opts):
-    """Start one phasectl per prompt at once; return their token lists."""
-    procs = [subprocess.Popen([PHASECTL, "-s", d.sock, "--json", "generate", model]
-                              + list(opts) + [p], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) for p in prompts]
-    res = []
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        lines = [json.loads(x) for x in out.decode().splitlines() if x.strip()]
-        res.append(([x["token_id"] for x in lines if "token_id" in x],
-                    lines[-1].get("finish_reason") if lines else None))
-    return res
-
-
-def models(d):
-    rc, out, err = d.ctl("--json", "models")
-    return {m["name"]: m for m in json.loads(out)}
-
-
-def wait_idle(d, name, timeout=30):
-    """Wait until a model has no requests and report its KV use."""
-    m = None
-    for _ in range(timeout * 10):
-        m = models(d)[name]
-        if m["requests_running"] == 0 and m["requests_waiting"] == 0:
-            break
-        time.sleep(0.1)
-    return m
-
-
 conf = "plugin-dir %s\nsocket-group nogroup\nmax-waiting 64\n" % PLUGINS
 d = Daemon(conf=conf, dirmode=0o755).start()
 

@@ -35,19 +35,6 @@ def free_port():
     return port
 
 
-class UnixHTTP(http.client.HTTPConnection):
-    """http.client over a Unix socket."""
-
-    def __init__(self, path, timeout=30):
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
 def call(target, method, path, body=None, headers=None, raw_body=None):
     """One request; returns (status, headers dict, body bytes)."""
     if isinstance(target, int):
