@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "integration"))
-from phasedtest import BUILD, PHASECTL, SHARED, Daemon  # noqa: E402
+from phasedtest import BUILD, PHASECTL, SHARED, Daemon, wait_ready  # noqa: E402
 
 MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
 PLUGINS = os.path.join(BUILD, "policies", ".libs")
@@ -25,17 +25,6 @@ POLICIES = (("fcfs", ["fcfs"]), ("decode-reserved", ["decode-reserved"]),
             ("chunked-prefill budget=16", ["chunked-prefill", "budget=16"]),
             ("chunked-prefill budget=64", ["chunked-prefill", "budget=64"]))
 LONG = "Once upon a time there was a little girl who loved the park. " * 24
-
-
-def wait_ready(d):
-    """Wait until the model from phased.conf is loaded."""
-    for _ in range(300):
-        rc, out, err = d.ctl("--json", "models")
-        if rc == 0 and any(m["name"] == "stories" and m.get("state") == "ready"
-                           for m in json.loads(out)):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def start(d, prompt, ntok):
@@ -52,7 +41,7 @@ def final(p):
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     d = Daemon(conf="plugin-dir %s\nmodel stories \"%s\" ctx=512\n" % (PLUGINS, MODEL)).start()
-    wait_ready(d)
+    wait_ready(d, "stories")
     acc = {name: [] for name, _ in POLICIES}
     blamed_long = {name: 0 for name, _ in POLICIES}
     for _ in range(rounds):

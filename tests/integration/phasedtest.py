@@ -338,6 +338,17 @@ def models(d):
     return {m["name"]: m for m in json.loads(out)}
 
 
+def wait_ready(d, name, timeout=30):
+    """Wait until a model (from phased.conf, say) is loaded; whether it is."""
+    for _ in range(timeout * 10):
+        rc, out, err = d.ctl("--json", "models")
+        if rc == 0 and any(m["name"] == name and m.get("state") == "ready"
+                           for m in json.loads(out)):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def wait_idle(d, name, timeout=30):
     """Wait until a model has no requests and report its KV use."""
     m = None

@@ -22,17 +22,6 @@ CAUSES = ("queued", "prefill", "decode", "others_prefill", "preempted",
 LONG = "Once upon a time there was a little girl who loved the park. " * 24
 
 
-def wait_ready(d):
-    """Wait until the model from phased.conf is loaded."""
-    for _ in range(300):
-        rc, out, err = d.ctl("--json", "models")
-        if rc == 0 and any(m["name"] == "stories" and m.get("state") == "ready"
-                           for m in json.loads(out)):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def start(d, prompt, ntok):
     return subprocess.Popen([PHASECTL, "-s", d.sock, "--json", "generate",
                              "stories", "--max-tokens", str(ntok), "--temp", "0",
@@ -66,7 +55,7 @@ def sums_ok(f, what):
 
 
 d = Daemon(conf="plugin-dir %s\nmodel stories \"%s\" ctx=512\n" % (PLUGINS, MODEL)).start()
-ok(wait_ready(d), "the model is loaded")
+ok(wait_ready(d, "stories"), "the model is loaded")
 share = {}
 finals = []
 for name, policy in (("fcfs", ["fcfs"]), ("chunked", ["chunked-prefill", "budget=16"])):
