@@ -222,6 +222,13 @@ ok(rc == 1 and ("backend cuda is not built" in err or "cuda: " in err),
    "a GPU group without a usable CUDA backend is refused", err)
 rc, out, err = d.ctl("load", "x", MODEL, "frobs=1")
 ok(rc == 1 and "unknown option 'frobs'" in err, "an unknown load option is refused", err)
+for opt, want in (("policy-deadline=0", "policy-deadline 0 is out of range 1..1000"),
+                  ("policy-deadline=5000", "policy-deadline 5000 is out of range 1..1000"),
+                  ("keep-alive=soon", "keep-alive 'soon' is not a duration"),
+                  ("load=maybe", "load 'maybe' is not lazy or start")):
+    rc, out, err = d.ctl("load", "badopt", MODEL, opt)
+    ok(rc == 1 and want in err, "load %s is refused by name" % opt, err)
+ok("badopt" not in models(d), "no model is left behind by the refused loads")
 
 # Requests naming a model that does not exist.
 for args in (["stats", "nosuch"], ["policy", "show", "nosuch"], ["unload", "nosuch"],
