@@ -167,16 +167,19 @@ q4_0_block(const float *x, uint8_t *out)
 	}
 }
 
-/* One Q4_K super-block. */
+/*
+ * The ranges of a K-quant super-block with mins (Q4_K, Q5_K): per
+ * sub-block of 32 the step over [min(0, lo), hi] in `steps` steps and the
+ * negated low end, then the super-block scales, written to out[0..3], that
+ * let the sub-block ones fit 6 bits.
+ */
 static void
-q4_k_block(const float *x, uint8_t *out)
+kmin_ranges(const float *x, float steps, float scale[8], float minv[8],
+    float *dp, float *dminp, uint8_t *out)
 {
-	float	scale[8], minv[8], maxs = 0, maxm = 0, d, dmin, sd, sm, id;
-	float	mn, mx;
-	uint8_t	sc[8], m[8], *scales = out + 4, *qs = out + 16;
-	int	j, i, q, e;
+	float	maxs = 0, maxm = 0, mn, mx;
+	int	j, i;
 
-	/* Per sub-block: the range [min(0, lo), hi] over 16 steps. */
 	for (j = 0; j < 8; j++) {
 		mn = 0;
 		mx = x[32 * j];
@@ -184,16 +187,26 @@ q4_k_block(const float *x, uint8_t *out)
 			mn = fminf(mn, x[32 * j + i]);
 			mx = fmaxf(mx, x[32 * j + i]);
 		}
-		scale[j] = mx > mn ? (mx - mn) / 15 : 0;
+		scale[j] = mx > mn ? (mx - mn) / steps : 0;
 		minv[j] = -mn;
 		maxs = fmaxf(maxs, scale[j]);
 		maxm = fmaxf(maxm, minv[j]);
 	}
-	/* Super-block scales so that the sub-block ones fit 6 bits. */
-	d = from_f16(to_f16(maxs / 63));
-	dmin = from_f16(to_f16(maxm / 63));
-	put_f16(out, to_f16(d));
-	put_f16(out + 2, to_f16(dmin));
+	*dp = from_f16(to_f16(maxs / 63));
+	*dminp = from_f16(to_f16(maxm / 63));
+	put_f16(out, to_f16(*dp));
+	put_f16(out + 2, to_f16(*dminp));
+}
+
+/* One Q4_K super-block. */
+static void
+q4_k_block(const float *x, uint8_t *out)
+{
+	float	scale[8], minv[8], d, dmin, sd, sm, id;
+	uint8_t	sc[8], m[8], *scales = out + 4, *qs = out + 16;
+	int	j, i, q, e;
+
+	kmin_ranges(x, 15, scale, minv, &d, &dmin, out);
 	for (j = 0; j < 8; j++) {
 		/* Round the scale up so the top of the range still fits. */
 		sc[j] = d > 0 ? (uint8_t)qclamp(ceilf(scale[j] / d - 0.01f), 0, 63) : 0;
@@ -520,27 +533,11 @@ q3_k_block(const float *x, uint8_t *out)
 static void
 q5_k_block(const float *x, uint8_t *out)
 {
-	float	scale[8], minv[8], maxs = 0, maxm = 0, d, dmin, sd, sm, id;
-	float	mn, mx;
+	float	scale[8], minv[8], d, dmin, sd, sm, id;
 	uint8_t	sc[8], m[8], *scales = out + 4, *qh = out + 16, *qs = out + 48;
 	int	j, i, q, e;
 
-	for (j = 0; j < 8; j++) {
-		mn = 0;
-		mx = x[32 * j];
-		for (i = 0; i < 32; i++) {
-			mn = fminf(mn, x[32 * j + i]);
-			mx = fmaxf(mx, x[32 * j + i]);
-		}
-		scale[j] = mx > mn ? (mx - mn) / 31 : 0;
-		minv[j] = -mn;
-		maxs = fmaxf(maxs, scale[j]);
-		maxm = fmaxf(maxm, minv[j]);
-	}
-	d = from_f16(to_f16(maxs / 63));
-	dmin = from_f16(to_f16(maxm / 63));
-	put_f16(out, to_f16(d));
-	put_f16(out + 2, to_f16(dmin));
+	kmin_ranges(x, 31, scale, minv, &d, &dmin, out);
 	for (j = 0; j < 8; j++) {
 		m[j] = dmin > 0 ? (uint8_t)qclamp(ceilf(minv[j] / dmin - 0.01f), 0, 63) : 0;
 		sm = dmin * m[j];
