@@ -47,6 +47,19 @@ bit(const uint8_t *p, int k)
 	return ((p[k / 8] >> (k % 8)) & 1);
 }
 
+/* The 6-bit scale and min of sub-block j of a Q4_K or Q5_K block. */
+static void
+k_scale_min(const uint8_t *s, int j, int *sc, int *mn)
+{
+	if (j < 4) {
+		*sc = s[j] & 63;
+		*mn = s[j + 4] & 63;
+	} else {
+		*sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+		*mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+	}
+}
+
 /* Decode the types beyond the first seven. */
 static void
 decode_more(uint32_t type, const uint8_t *p, double *y, int64_t n)
@@ -111,13 +124,7 @@ decode_more(uint32_t type, const uint8_t *p, double *y, int64_t n)
 		for (b = 0; b < n / 256; b++, p += 176) {
 			const uint8_t *s = p + 4;
 			for (j = 0; j < 8; j++) {
-				if (j < 4) {
-					sc = s[j] & 63;
-					mn = s[j + 4] & 63;
-				} else {
-					sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-					mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-				}
+				k_scale_min(s, j, &sc, &mn);
 				for (e = 0; e < 32; e++) {
 					q = (p[48 + 32 * (j / 2) + e] >> (4 * (j & 1))) & 15;
 					q += 16 * ((p[16 + e] >> j) & 1);
@@ -171,13 +178,7 @@ decode(uint32_t type, const uint8_t *p, double *y, int64_t n)
 		for (b = 0; b < n / 256; b++, p += 144) {
 			const uint8_t *s = p + 4;
 			for (j = 0; j < 8; j++) {
-				if (j < 4) {
-					sc = s[j] & 63;
-					mn = s[j + 4] & 63;
-				} else {
-					sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-					mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-				}
+				k_scale_min(s, j, &sc, &mn);
 				for (i = 0; i < 32; i++) {
 					q = (p[16 + 32 * (j / 2) + i] >> (4 * (j & 1))) & 15;
 					y[256 * b + 32 * j + i] = h2d(p) * sc * q -
