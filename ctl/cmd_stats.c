@@ -55,6 +55,53 @@ find_row(Phased__StatsRow **rows, size_t n, const char *name)
 	return (NULL);
 }
 
+/* Print each cause's share histogram as a JSON object member. */
+static void
+wait_share_json(const Phased__ModelStats *m)
+{
+	const Phased__WaitShare	*w;
+	size_t			 i, j;
+
+	printf(",\"wait_share\":{");
+	for (i = 0; i < m->n_wait_share; i++) {
+		w = m->wait_share[i];
+		printf("%s", i ? "," : "");
+		json_str(stdout, w->cause);
+		printf(":{\"count\":%" PRIu64 ",\"mean\":%.6g,\"p50\":%.6g,"
+		    "\"p90\":%.6g,\"p99\":%.6g,\"buckets\":[", w->count,
+		    w->mean, w->p50, w->p90, w->p99);
+		for (j = 0; j < w->n_le && j < w->n_buckets; j++)
+			printf("%s{\"le\":%.6g,\"count\":%" PRIu64 "}",
+			    j ? "," : "", w->le[j], w->buckets[j]);
+		printf("]}");
+	}
+	printf("}");
+}
+
+/* Print each cause's share histogram as a table. */
+static void
+wait_share_text(const Phased__ModelStats *m)
+{
+	const Phased__WaitShare	*w;
+	size_t			 i, j;
+
+	if (m->n_wait_share == 0)
+		return;
+	printf("  %-22s %8s %7s %7s %7s %7s  %s\n", "share of e2e (since "
+	    "start)", "count", "mean%", "p50%", "p90%", "p99%",
+	    "requests per bucket (le share: count)");
+	for (i = 0; i < m->n_wait_share; i++) {
+		w = m->wait_share[i];
+		printf("  %-22s %8" PRIu64 " %7.2f %7.2f %7.2f %7.2f ", w->cause,
+		    w->count, w->mean * 100, w->p50 * 100, w->p90 * 100,
+		    w->p99 * 100);
+		for (j = 0; j < w->n_le && j < w->n_buckets; j++)
+			if (w->buckets[j] != 0)
+				printf(" %g:%" PRIu64, w->le[j], w->buckets[j]);
+		printf("\n");
+	}
+}
+
 /* Print one model's statistics. */
 static void
 print_model_stats(const Phased__ModelStats *m, int json)
@@ -91,6 +138,11 @@ print_model_stats(const Phased__ModelStats *m, int json)
 		    ",\"blocks\":%u}", m->prefix_cache_queries,
 		    m->prefix_cache_hit_tokens, m->prefix_cache_evictions,
 		    m->prefix_cache_blocks);
+		printf(",\"decode_gaps_ms\":%.3f,\"decode_others_prefill_ms\":"
+		    "%.3f,\"decode_others_prefill_share\":%.6f",
+		    m->decode_gaps_ms, m->decode_others_prefill_ms,
+		    m->decode_others_prefill_share);
+		wait_share_json(m);
 		printf(",\"window\":");
 		rows_json(m->window, m->n_window);
 		printf(",\"total\":");
@@ -120,7 +172,12 @@ print_model_stats(const Phased__ModelStats *m, int json)
 	for (i = 0; i < m->n_counters; i++)
 		if (strncmp(m->counters[i], "wait_", 5) == 0)
 			printf(" %s", m->counters[i] + 5);
-	printf("\n  %-22s %8s %10s %10s %10s %10s %10s\n", "window", "count",
+	printf("\n  time between tokens over the last %.0f s: %.1f ms, %.1f%% "
+	    "of it others' prefill (%.1f ms)\n", m->window_s,
+	    m->decode_gaps_ms, m->decode_others_prefill_share * 100,
+	    m->decode_others_prefill_ms);
+	wait_share_text(m);
+	printf("  %-22s %8s %10s %10s %10s %10s %10s\n", "window", "count",
 	    "mean", "p50", "p90", "p99", "max");
 	for (i = 0; i < m->n_window; i++)
 		printf("  %-22s %8" PRIu64 " %10.2f %10.2f %10.2f %10.2f %10.2f\n",
@@ -233,18 +290,21 @@ cmd_top(struct ctl *ctl, int argc, char **argv)
 		} else {
 			if (tty)
 				printf("\033[H\033[2J");
-			printf("%s  %-16s %10s %10s %5s %5s %11s %9s %s\n", when,
-			    "MODEL", "PROMPT t/s", "OUTPUT t/s", "RUN", "WAIT",
-			    "KV USED", "TBT p99", "POLICY");
+			printf("%s  %-16s %10s %10s %5s %5s %11s %9s %9s %s\n",
+			    when, "MODEL", "PROMPT t/s", "OUTPUT t/s", "RUN",
+			    "WAIT", "KV USED", "TBT p99", "TBT PF%", "POLICY");
 			for (i = 0; i < r->stats->n_models; i++) {
 				m = r->stats->models[i];
 				tbt = find_row(m->window, m->n_window, "tbt");
 				printf("%s  %-16s %10.1f %10.1f %5u %5u %5u/%-5u "
-				    "%7.1fms %s\n", when, m->model, m->prompt_tps,
-				    m->output_tps, m->requests_running,
-				    m->requests_waiting, m->kv_blocks_used,
+				    "%7.1fms %8.1f%% %s\n", when, m->model,
+				    m->prompt_tps, m->output_tps,
+				    m->requests_running, m->requests_waiting,
+				    m->kv_blocks_used,
 				    m->kv_blocks_used + m->kv_blocks_free,
-				    tbt != NULL ? tbt->p99 : 0.0, m->policy);
+				    tbt != NULL ? tbt->p99 : 0.0,
+				    m->decode_others_prefill_share * 100,
+				    m->policy);
 			}
 		}
 		fflush(stdout);

@@ -95,6 +95,7 @@ struct egroup {
 	uint64_t		*gaps;
 	struct wait_entry	*wpref;		/* the batch's prefill entries */
 	size_t			 vcap;
+	uint64_t		 decode_others_ns; /* this iteration's, decoders' */
 };
 
 struct engine {
@@ -215,6 +216,7 @@ finish(struct engine *e, struct ereq *r, enum finish_reason reason,
 		pguard_event(&e->policy, PCHAN_EV_FINISH, &vr);
 	}
 	reqtime_finish(&r->timing, now);
+	trace_wait(&e->trace, r->id, -1, &r->timing.wait, NULL);
 	inst_metrics_finished(&e->metrics, &r->timing, reason);
 	memset(&ev, 0, sizeof ev);
 	ev.type = ENGINE_EV_DONE;
@@ -243,6 +245,7 @@ preempt(struct engine *e, struct ereq *r)
 	e->n_waiting++;
 	reqtime_preempt(&r->timing);
 	reqwait_gap(&r->timing.wait, now_ns(), WAIT_PREEMPTED);
+	trace_wait(&e->trace, r->id, -1, &r->timing.wait, NULL);
 	inst_metrics_count(&e->metrics, CNT_PREEMPTIONS, 1);
 }
 
@@ -357,6 +360,7 @@ migrate(struct engine *e, struct ereq *r, int to)
 	r->seq = seq;
 	r->group = to;
 	reqwait_gap(&r->timing.wait, now_ns(), WAIT_KV_TRANSFER);
+	trace_wait(&e->trace, r->id, to, &r->timing.wait, NULL);
 	return (0);
 }
 
@@ -650,6 +654,8 @@ record_iteration(struct engine *e, struct egroup *g, uint64_t start,
 	s.decode_tokens = decode;
 	s.nseqs = (uint32_t)nseqs;
 	s.out_tokens = (uint32_t)nout;
+	s.decode_others_ns = g->decode_others_ns;
+	g->decode_others_ns = 0;
 	inst_metrics_iteration(&e->metrics, &s, g->gaps, ngaps);
 	if (trace_active(&e->trace)) {
 		memset(&ti, 0, sizeof ti);
@@ -705,6 +711,10 @@ attribute_wait(struct engine *e, struct egroup *g, int nb, uint64_t start,
 		else
 			own = WAIT_PREFILL;
 		reqwait_iteration(&r->timing.wait, &it, r->id, own);
+		trace_wait(&e->trace, r->id, g->index, &r->timing.wait, &it);
+		if (own == WAIT_DECODE)
+			g->decode_others_ns += reqwait_last_ns(&r->timing.wait,
+			    WAIT_OTHERS_PREFILL);
 	}
 }
 

@@ -19,9 +19,52 @@
 
 #define TRACE_MAX_SECONDS	3600
 
-/* Fill one ModelStats from an instance's snapshot. */
 /* Counters of a model: finished by reason, then the wait causes. */
 #define STATS_NCOUNTERS	(FINISH__COUNT + WAIT__COUNT)
+
+/* The share histograms of one model, kept until the reply is sent. */
+struct wait_shares {
+	Phased__WaitShare	 ws[WAIT__COUNT];
+	Phased__WaitShare	*ptrs[WAIT__COUNT];
+	double			 le[HIST_MAXBOUNDS];
+	uint64_t		 buckets[WAIT__COUNT][HIST_MAXBOUNDS];
+};
+
+/* Fill each cause's share histogram of a snapshot. */
+static void
+fill_wait_shares(const struct inst_snapshot *sn, Phased__ModelStats *ms,
+    struct wait_shares *w)
+{
+	const struct hist_layout *l = &hist_layout_share;
+	const struct hist	*h;
+	Phased__WaitShare	*ws;
+	int			 c, i;
+
+	for (i = 0; i < l->nbounds; i++)
+		w->le[i] = (double)l->bounds[i] * l->scale;
+	for (c = 0; c < WAIT__COUNT; c++) {
+		h = &sn->wait_share[c];
+		ws = &w->ws[c];
+		phased__wait_share__init(ws);
+		ws->cause = (char *)wait_cause_names[c];
+		ws->count = h->count;
+		ws->mean = hist_mean(h) * l->scale;
+		ws->p50 = hist_percentile(h, 50) * l->scale;
+		ws->p90 = hist_percentile(h, 90) * l->scale;
+		ws->p99 = hist_percentile(h, 99) * l->scale;
+		/* A share is at most 1: the overflow bucket stays empty. */
+		for (i = 0; i < l->nbounds; i++)
+			w->buckets[c][i] = h->counts[i];
+		ws->n_le = ws->n_buckets = (size_t)l->nbounds;
+		ws->le = w->le;
+		ws->buckets = w->buckets[c];
+		w->ptrs[c] = ws;
+	}
+	ms->n_wait_share = WAIT__COUNT;
+	ms->wait_share = w->ptrs;
+}
+
+/* Fill one ModelStats from an instance's snapshot. */
 
 static void
 fill_model_stats(struct instance *in, const struct inst_snapshot *sn,
@@ -86,6 +129,11 @@ fill_model_stats(struct instance *in, const struct inst_snapshot *sn,
 	ms->prefix_cache_blocks = (uint32_t)sn->counters[CNT_PREFIX_BLOCKS_CACHED];
 	ms->has_window_s = 1;
 	ms->window_s = inst_snapshot_window_span(sn) / 1e9;
+	ms->has_decode_gaps_ms = ms->has_decode_others_prefill_ms =
+	    ms->has_decode_others_prefill_share = 1;
+	ms->decode_gaps_ms = sn->decode_gaps_ns / 1e6;
+	ms->decode_others_prefill_ms = sn->decode_others_ns / 1e6;
+	ms->decode_others_prefill_share = inst_snapshot_decode_others_share(sn);
 }
 
 /* Per-model statistics: latency percentiles and token rates. */
@@ -97,6 +145,7 @@ req_stats(struct conn *c, Phased__Request *req)
 	Phased__ModelStats	 *ms, **mptrs;
 	Phased__StatsRow	 *rows, **rptrs;
 	struct inst_snapshot	 *snaps;
+	struct wait_shares	 *shares;
 	struct instance		 *in, **ins;
 	char			**counters;
 	const char		 *want = req->stats->model;
@@ -119,6 +168,7 @@ req_stats(struct conn *c, Phased__Request *req)
 	rows = xcalloc((n + 1) * 2 * MET__COUNT, sizeof *rows);
 	rptrs = xcalloc((n + 1) * 2 * MET__COUNT, sizeof *rptrs);
 	counters = xcalloc((n + 1) * STATS_NCOUNTERS, sizeof *counters);
+	shares = xcalloc(n + 1, sizeof *shares);
 	i = 0;
 	for (in = instance_first(); in != NULL; in = instance_next(in)) {
 		if (in->state != INST_READY ||
@@ -128,6 +178,7 @@ req_stats(struct conn *c, Phased__Request *req)
 		inst_metrics_snapshot(engine_metrics(in->engine), &snaps[i], now);
 		fill_model_stats(in, &snaps[i], &ms[i], rows + i * 2 * MET__COUNT,
 		    rptrs + i * 2 * MET__COUNT, counters + i * STATS_NCOUNTERS);
+		fill_wait_shares(&snaps[i], &ms[i], &shares[i]);
 		mptrs[i] = &ms[i];
 		ins[i] = in;
 		i++;
@@ -151,6 +202,7 @@ req_stats(struct conn *c, Phased__Request *req)
 	free(rows);
 	free(rptrs);
 	free(counters);
+	free(shares);
 }
 
 /* Every ready model's metrics in the Prometheus text format, into sb. */

@@ -34,6 +34,12 @@ static const uint64_t bounds_rate[] = {
 	R10(100000ULL), R10(1000000ULL), 1000000000ULL
 };
 
+/* Shares in ppm; see hist_layout_share. */
+static const uint64_t bounds_share[] = {
+	0, 10000, 20000, 50000, 100000, 200000, 300000, 400000, 500000,
+	600000, 700000, 800000, 900000, 950000, 990000, 1000000
+};
+
 #define NITEMS(a)	((int)(sizeof (a) / sizeof (a)[0]))
 
 /* Export only the 1, 2.5, 5 steps of each decade, the usual Prometheus grid. */
@@ -56,6 +62,11 @@ const struct hist_layout hist_layout_count = {
 const struct hist_layout hist_layout_rate = {
 	"mtok/s", bounds_rate, NITEMS(bounds_rate), 1e-3, "tokens_per_second",
 	1e-3, "tok/s", export_125
+};
+
+const struct hist_layout hist_layout_share = {
+	"ppm", bounds_share, NITEMS(bounds_share), 1e-6, "ratio", 1e-4, "%",
+	NULL
 };
 
 const struct metric_info metric_info[MET__COUNT] = {
@@ -480,6 +491,11 @@ inst_metrics_init(struct inst_metrics *m, const char *name, uint64_t now,
 		window_init(&m->series[i].win, span,
 		    i == MET_TBT ? tbtcap : cap);
 	}
+	for (i = 0; i < WAIT__COUNT; i++)
+		hist_init(&m->wait_share[i], &hist_layout_share);
+	/* One sample per iteration each, so both drop the same ones. */
+	window_init(&m->decode_others, span, cap);
+	window_init(&m->decode_gaps, span, cap);
 }
 
 /* Release the instance's aggregates. */
@@ -490,6 +506,8 @@ inst_metrics_free(struct inst_metrics *m)
 
 	for (i = 0; i < MET__COUNT; i++)
 		window_free(&m->series[i].win);
+	window_free(&m->decode_others);
+	window_free(&m->decode_gaps);
 	free(m->name);
 	m->name = NULL;
 	pthread_mutex_destroy(&m->lock);
@@ -508,10 +526,14 @@ void
 inst_metrics_iteration(struct inst_metrics *m, const struct iter_sample *it,
     const uint64_t *tbt_ns, size_t ntbt)
 {
-	uint64_t	t = it->end;
+	uint64_t	t = it->end, gaps = 0;
 	size_t		i;
 
+	for (i = 0; i < ntbt; i++)
+		gaps += tbt_ns[i];
 	pthread_mutex_lock(&m->lock);
+	window_add(&m->decode_others, t, it->decode_others_ns);
+	window_add(&m->decode_gaps, t, gaps);
 	series_add(m, MET_ITER, t,
 	    it->end > it->start ? it->end - it->start : 0);
 	series_add(m, MET_ITER_PREFILL, t, it->prefill_tokens);
@@ -548,6 +570,17 @@ inst_metrics_first_token(struct inst_metrics *m, const struct reqtime *rt)
 	pthread_mutex_unlock(&m->lock);
 }
 
+/* part / whole in millionths, rounded, at most a million. */
+static uint64_t
+share_ppm(uint64_t part, uint64_t whole)
+{
+	if (whole == 0)
+		return (0);
+	if (part >= whole)
+		return (1000000);
+	return ((uint64_t)((double)part * 1e6 / (double)whole + 0.5));
+}
+
 /* Record what is known once a request has finished, and why it did. */
 void
 inst_metrics_finished(struct inst_metrics *m, const struct reqtime *rt,
@@ -568,8 +601,12 @@ inst_metrics_finished(struct inst_metrics *m, const struct reqtime *rt,
 	}
 	if (rt->finished != 0)
 		series_add(m, MET_E2E, t, s.e2e_ns);
-	for (int c = 0; c < WAIT__COUNT; c++)
+	for (int c = 0; c < WAIT__COUNT; c++) {
 		m->wait_ns[c] += s.wait_ns[c];
+		if (rt->finished != 0 && s.e2e_ns != 0)
+			hist_add(&m->wait_share[c], share_ppm(s.wait_ns[c],
+			    reqwait_total(&rt->wait)));
+	}
 	if ((unsigned)why < FINISH__COUNT)
 		m->finished[why]++;
 	else
@@ -623,6 +660,8 @@ inst_snapshot_init(struct inst_snapshot *s)
 	memset(s, 0, sizeof *s);
 	for (i = 0; i < MET__COUNT; i++)
 		hist_init(&s->series[i].total, metric_info[i].layout);
+	for (i = 0; i < WAIT__COUNT; i++)
+		hist_init(&s->wait_share[i], &hist_layout_share);
 }
 
 /* Release a snapshot's memory. */
@@ -685,6 +724,11 @@ inst_metrics_snapshot(struct inst_metrics *src, struct inst_snapshot *dst,
 	memcpy(dst->finished, src->finished, sizeof dst->finished);
 	memcpy(dst->counters, src->counters, sizeof dst->counters);
 	memcpy(dst->wait_ns, src->wait_ns, sizeof dst->wait_ns);
+	memcpy(dst->wait_share, src->wait_share, sizeof dst->wait_share);
+	window_expire(&src->decode_others, now);
+	window_expire(&src->decode_gaps, now);
+	dst->decode_others_ns = src->decode_others.sum;
+	dst->decode_gaps_ns = src->decode_gaps.sum;
 	dst->prompt_tokens = src->prompt_tokens;
 	dst->output_tokens = src->output_tokens;
 	dst->iterations = src->iterations;
@@ -704,6 +748,17 @@ static double
 per_second(uint64_t tokens, uint64_t ns)
 {
 	return (ns == 0 ? 0 : (double)tokens * 1e9 / (double)ns);
+}
+
+/* Others' prefill over the time between tokens, in the window. */
+double
+inst_snapshot_decode_others_share(const struct inst_snapshot *s)
+{
+	if (s->decode_gaps_ns == 0)
+		return (0);
+	if (s->decode_others_ns >= s->decode_gaps_ns)
+		return (1);
+	return ((double)s->decode_others_ns / (double)s->decode_gaps_ns);
 }
 
 /* Prompt and output tokens/s over the window and since start. */

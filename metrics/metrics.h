@@ -96,6 +96,12 @@ extern const struct hist_layout hist_layout_ns;
 extern const struct hist_layout hist_layout_count;
 /* Rates in milli-tokens/s: R10, 0.1 to 10^6 tokens/s. */
 extern const struct hist_layout hist_layout_rate;
+/*
+ * Shares of a whole in millionths (ppm, rounded), exported as fractions:
+ * 0, 0.01, 0.02, 0.05, 0.1, 0.2 .. 0.9 by 0.1, 0.95, 0.99 and 1, so the
+ * first bucket counts the requests a cause never touched.
+ */
+extern const struct hist_layout hist_layout_share;
 
 struct hist {
 	const struct hist_layout *layout;
@@ -269,6 +275,8 @@ struct iter_sample {
 	uint32_t	 decode_tokens;		/* decode positions computed */
 	uint32_t	 nseqs;			/* sequences in the batch */
 	uint32_t	 out_tokens;		/* tokens sampled and emitted */
+	uint64_t	 decode_others_ns;	/* others' prefill share of the
+						   decoding requests' steps */
 };
 
 struct inst_metrics_config {
@@ -300,6 +308,16 @@ struct inst_metrics {
 	uint64_t	 iterations;
 	uint64_t	 kv_used, kv_free, running, waiting;
 	uint64_t	 wait_ns[WAIT__COUNT];	/* finished requests' shares */
+	/* Each cause's share of each finished request's e2e (ppm). */
+	struct hist	 wait_share[WAIT__COUNT];
+	/*
+	 * Per iteration, over the window: others' prefill time given to the
+	 * requests that were decoding, and the time between tokens of the
+	 * tokens it sampled; their ratio is the share of decode latency
+	 * others' prefill caused.
+	 */
+	struct window	 decode_others;
+	struct window	 decode_gaps;
 };
 
 void	 inst_metrics_init(struct inst_metrics *, const char *name,
@@ -350,6 +368,9 @@ struct inst_snapshot {
 	uint64_t	 iterations;
 	uint64_t	 kv_used, kv_free, running, waiting;
 	uint64_t	 wait_ns[WAIT__COUNT];	/* finished requests' shares */
+	struct hist	 wait_share[WAIT__COUNT];
+	uint64_t	 decode_others_ns;	/* summed over the window */
+	uint64_t	 decode_gaps_ns;
 };
 
 void	 inst_snapshot_init(struct inst_snapshot *);
@@ -360,6 +381,8 @@ void	 inst_metrics_snapshot(struct inst_metrics *src,
 
 /* The span the window rates divide by: window_ns, or the uptime if shorter. */
 uint64_t inst_snapshot_window_span(const struct inst_snapshot *);
+/* Share of decode latency over the window due to others' prefill (0..1). */
+double	 inst_snapshot_decode_others_share(const struct inst_snapshot *);
 /* Prompt and output tokens/s: over the window, and since start. */
 void	 inst_snapshot_rates(const struct inst_snapshot *, double *win_prompt,
 	    double *win_output, double *all_prompt, double *all_output);

@@ -156,10 +156,13 @@ prom_scaled(const struct hist_layout *l, double v)
 	return (v / inv);
 }
 
-/* Append the _bucket, _sum and _count samples of one histogram. */
+/*
+ * Append the _bucket, _sum and _count samples of one histogram; `labels'
+ * (NULL: none) go after the model's.
+ */
 static void
 prom_hist(struct strbuf *sb, const char *name, const char *model,
-    const struct hist *h)
+    const char *labels, const struct hist *h)
 {
 	const struct hist_layout *l = h->layout;
 	struct strbuf	 le = STRBUF_INIT;
@@ -171,17 +174,23 @@ prom_hist(struct strbuf *sb, const char *name, const char *model,
 		if (l->exported != NULL && !l->exported(l->bounds[i]))
 			continue;
 		strbuf_reset(&le);
+		if (labels != NULL)
+			strbuf_printf(&le, "%s,", labels);
 		strbuf_adds(&le, "le=\"");
 		prom_value(&le, prom_scaled(l, (double)l->bounds[i]));
 		strbuf_addc(&le, '"');
 		prom_sample(sb, name, "_bucket", model, strbuf_str(&le),
 		    (double)cum);
 	}
-	prom_sample(sb, name, "_bucket", model, "le=\"+Inf\"",
+	strbuf_reset(&le);
+	if (labels != NULL)
+		strbuf_printf(&le, "%s,", labels);
+	strbuf_adds(&le, "le=\"+Inf\"");
+	prom_sample(sb, name, "_bucket", model, strbuf_str(&le),
 	    (double)h->count);
-	prom_sample(sb, name, "_sum", model, NULL,
+	prom_sample(sb, name, "_sum", model, labels,
 	    prom_scaled(l, (double)h->sum));
-	prom_sample(sb, name, "_count", model, NULL, (double)h->count);
+	prom_sample(sb, name, "_count", model, labels, (double)h->count);
 	strbuf_free(&le);
 }
 
@@ -268,7 +277,7 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 		    metric_info[id].help);
 		for (i = 0; i < n; i++)
 			prom_hist(sb, prom_series_names[id], snaps[i]->name,
-			    &snaps[i]->series[id].total);
+			    NULL, &snaps[i]->series[id].total);
 	}
 
 	prom_field(sb, "phased_prompt_tokens_total", "counter",
@@ -300,6 +309,21 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 			    (double)snaps[i]->wait_ns[r] / 1e9);
 		}
 	}
+	prom_family(sb, "phased_request_wait_share", "histogram",
+	    "Each cause's share (0 to 1) of a finished request's end-to-end "
+	    "time.");
+	for (i = 0; i < n; i++) {
+		for (r = 0; r < WAIT__COUNT; r++) {
+			snprintf(extra, sizeof extra, "cause=\"%s\"",
+			    wait_cause_names[r]);
+			prom_hist(sb, "phased_request_wait_share",
+			    snaps[i]->name, extra, &snaps[i]->wait_share[r]);
+		}
+	}
+	prom_computed(sb, "phased_window_decode_others_prefill_ratio",
+	    "Share of the time between tokens over the sliding window that "
+	    "other requests' prefill caused (0 to 1).", snaps, n,
+	    inst_snapshot_decode_others_share);
 	prom_field(sb, "phased_preemptions_total", "counter",
 	    "Requests preempted (KV state dropped, prefill redone).",
 	    snaps, n, S(counters[CNT_PREEMPTIONS]));

@@ -26,12 +26,21 @@ reqwait_init(struct reqwait *w, uint64_t arrival)
 	w->gap = WAIT_QUEUED;
 }
 
+/* Note [start, end) as given to cause by the current call. */
+static void
+note(struct reqwait *w, uint64_t start, uint64_t end, int cause)
+{
+	if (end > start && w->nlast < WAIT_LAST_MAX)
+		w->last[w->nlast++] = (struct wait_seg){ start, end, cause };
+}
+
 /* Give [cursor, until) to cause; time never runs backwards here. */
 static void
 account(struct reqwait *w, uint64_t until, int cause)
 {
 	if (until > w->cursor) {
 		w->ns[cause] += until - w->cursor;
+		note(w, w->cursor, until, cause);
 		w->cursor = until;
 	}
 }
@@ -40,6 +49,7 @@ account(struct reqwait *w, uint64_t until, int cause)
 void
 reqwait_gap(struct reqwait *w, uint64_t now, enum wait_cause cause)
 {
+	w->nlast = 0;
 	account(w, now, w->gap);
 	w->gap = cause;
 }
@@ -100,6 +110,7 @@ reqwait_iteration(struct reqwait *w, const struct wait_iter *it,
 	uint32_t	own_prefill = 0, po = 0;
 	size_t		i;
 
+	w->nlast = 0;
 	account(w, start, w->gap);
 	if (start < w->cursor)
 		start = w->cursor;
@@ -115,6 +126,8 @@ reqwait_iteration(struct reqwait *w, const struct wait_iter *it,
 		others = dur;
 	w->ns[WAIT_OTHERS_PREFILL] += others;
 	w->ns[own] += dur - others;
+	note(w, start, start + dur - others, own);
+	note(w, start + dur - others, start + dur, WAIT_OTHERS_PREFILL);
 	w->cursor = start + dur;
 	w->gap = WAIT_SCHEDULING;
 	/* Split others' share among them by their tokens. */
@@ -130,7 +143,21 @@ reqwait_iteration(struct reqwait *w, const struct wait_iter *it,
 void
 reqwait_finish(struct reqwait *w, uint64_t now)
 {
+	w->nlast = 0;
 	account(w, now, w->gap);
+}
+
+/* Time the last call gave to cause. */
+uint64_t
+reqwait_last_ns(const struct reqwait *w, enum wait_cause cause)
+{
+	uint64_t	t = 0;
+	int		i;
+
+	for (i = 0; i < w->nlast; i++)
+		if (w->last[i].cause == (int)cause)
+			t += w->last[i].end - w->last[i].start;
+	return (t);
 }
 
 /* Sum of every cause. */

@@ -57,11 +57,28 @@ struct wait_blame {
 	uint64_t	 ns;
 };
 
+/*
+ * One interval given to one cause.  Each reqwait_* call keeps the
+ * intervals it accounted (at most: the pending gap, the request's own
+ * work, others' prefill) in `last', in time order, so that a trace can
+ * draw the request's timeline without a timeline of its own.  Within an
+ * iteration the own part comes first, then others' share: the split is
+ * an attribution of the iteration's length, not two things in sequence.
+ */
+struct wait_seg {
+	uint64_t	 start;
+	uint64_t	 end;
+	int		 cause;		/* enum wait_cause */
+};
+#define WAIT_LAST_MAX	3
+
 struct reqwait {
 	uint64_t	 cursor;	/* everything before is accounted */
 	int		 gap;		/* enum wait_cause of the pending gap */
 	uint64_t	 ns[WAIT__COUNT];
 	struct wait_blame blame[WAIT_BLAME_MAX];
+	struct wait_seg	 last[WAIT_LAST_MAX];	/* what the last call gave */
+	int		 nlast;
 };
 
 /* The running sums of the least-squares fit of one instance. */
@@ -98,6 +115,8 @@ void	 reqwait_iteration(struct reqwait *, const struct wait_iter *it,
 	    uint64_t self, enum wait_cause own);
 /* The request finished at `now': account the rest to the pending cause. */
 void	 reqwait_finish(struct reqwait *, uint64_t now);
+/* Time the last reqwait_* call gave to `cause'. */
+uint64_t reqwait_last_ns(const struct reqwait *, enum wait_cause);
 /* Sum of every cause (the end-to-end time once finished). */
 uint64_t reqwait_total(const struct reqwait *);
 /* The blame entries, largest first; returns how many are used. */

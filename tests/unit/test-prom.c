@@ -510,6 +510,28 @@ pget(struct pdoc *d, const char *name, const char *model, const char *k,
 	return (NAN);
 }
 
+/* Like pget, with two labels to match besides the model. */
+static double
+pget2(struct pdoc *d, const char *name, const char *model, const char *k1,
+    const char *v1, const char *k2, const char *v2)
+{
+	const char	*m, *x, *y;
+	int		 i;
+
+	for (i = 0; i < d->ns; i++) {
+		if (strcmp(d->s[i].name, name) != 0)
+			continue;
+		if ((m = label(&d->s[i], "model")) == NULL || strcmp(m, model) != 0)
+			continue;
+		if ((x = label(&d->s[i], k1)) == NULL || strcmp(x, v1) != 0)
+			continue;
+		if ((y = label(&d->s[i], k2)) == NULL || strcmp(y, v2) != 0)
+			continue;
+		return (d->s[i].v);
+	}
+	return (NAN);
+}
+
 static struct pdoc doc;
 
 /* The checker must reject broken text, or passing it means nothing. */
@@ -614,6 +636,8 @@ test_exposition(void)
 		it = (struct iter_sample){ T0 + (uint64_t)i * 25 * MS,
 		    T0 + (uint64_t)(i + 1) * 25 * MS, i % 4 == 0 ? 128 : 0,
 		    3, 4, 3 };
+		/* Every fourth iteration's decoders lose 5 ms to a prefill. */
+		it.decode_others_ns = i % 4 == 0 ? 5 * MS : 0;
 		inst_metrics_iteration(&m[0], &it, &tbt, 1);
 	}
 	feed(&m[0], T0, 40 * MS, 10, 25 * MS, FINISH_EOS);
@@ -681,6 +705,23 @@ test_exposition(void)
 	    1e-9, "wait by cause: queued is the e2e sum without iterations");
 	near(pget(&doc, "phased_request_wait_seconds_total", "llama", "cause", "others_prefill"),
 	    0, 0, "wait by cause: no others' prefill");
+	near(pget2(&doc, "phased_request_wait_share_bucket", "llama", "cause",
+	    "queued", "le", "1"), 4, 0, "wait share: 4 requests all queued");
+	near(pget2(&doc, "phased_request_wait_share_bucket", "llama", "cause",
+	    "queued", "le", "0.99"), 0, 0, "wait share: none under 0.99 queued");
+	near(pget2(&doc, "phased_request_wait_share_bucket", "llama", "cause",
+	    "others_prefill", "le", "0"), 4, 0,
+	    "wait share: others' prefill 0 for all 4 (le 0)");
+	near(pget2(&doc, "phased_request_wait_share_bucket", "llama", "cause",
+	    "decode", "le", "+Inf"), 4, 0, "wait share: +Inf bucket per cause");
+	near(pget(&doc, "phased_request_wait_share_sum", "llama", "cause", "queued"),
+	    4, 0, "wait share: sum of 4 shares of 1");
+	near(pget(&doc, "phased_request_wait_share_count", "llama", "cause",
+	    "scheduling"), 4, 0, "wait share: count per cause");
+	near(pget2(&doc, "phased_request_wait_share_bucket", "llama", "cause",
+	    "queued", "le", "0.05"), 0, 0, "wait share: bucket 0.05 exported");
+	near(pget(&doc, "phased_window_decode_others_prefill_ratio", "llama", NULL, NULL),
+	    0.05, 1e-12, "decode others' prefill: 50 of 1000 ms");
 	near(pget(&doc, "phased_policy_plan_errors_total", "llama", NULL, NULL), 1, 0,
 	    "plan errors");
 	near(pget(&doc, "phased_policy_swaps_total", "llama", NULL, NULL), 0, 0, "swaps");

@@ -10,6 +10,7 @@
 #include "strbuf.h"
 #include "trace.h"
 #include "unicode.h"
+#include "wait.h"
 #include "tap.h"
 
 /*
@@ -664,6 +665,142 @@ test_trace(void)
 	trace_free(&t);
 }
 
+/* The pid 2 events of a trace with ph `ph' on the row of request `tid'. */
+static size_t
+req_events(const struct jv *doc, const char *ph, double tid, struct jv **out,
+    size_t max)
+{
+	struct jv	*ev = jget(doc, "traceEvents"), *e;
+	size_t		 i, n = 0;
+
+	for (i = 0; ev != NULL && i < ev->n; i++) {
+		e = ev->items[i];
+		if (jnum(e, "pid") != 2 || strcmp(jstr(e, "ph"), ph) != 0 ||
+		    jnum(e, "tid") != tid)
+			continue;
+		if (n < max)
+			out[n] = e;
+		n++;
+	}
+	return (n);
+}
+
+#define MS	1000000ULL
+#define T0	(1000 * MS)
+
+/*
+ * A chat (3) decodes in an iteration with two prompts (7: 60 tokens, 9:
+ * 39); the trace shows its intervals by cause, names the prompts on the
+ * others'-prefill one, and draws an arrow from each prompt to it.
+ */
+static void
+test_trace_wait(void)
+{
+	struct trace		 t;
+	struct reqwait		 chat, p7;
+	struct wait_entry	 pe[2] = { { 7, 60 }, { 9, 39 } };
+	struct wait_iter	 it;
+	struct jv		*doc, *xs[16], *fs[16], *args, *bl;
+	char			*cause = NULL;
+	size_t			 n, i;
+	double			 sum = 0;
+
+	ok(trace_init(&t, 8, &cause) == 0, "wait trace: capacity 8");
+	reqwait_init(&chat, T0);
+	reqwait_init(&p7, T0 + 5 * MS);
+	memset(&it, 0, sizeof it);
+	it.start = T0 + 10 * MS;
+	it.end = T0 + 110 * MS;
+	it.prefill_tokens = 99;
+	it.decode_tokens = 1;
+	it.prefills = pe;
+	it.nprefills = 2;
+	it.a = 0;
+	it.b = it.c = 1;
+	/* Not recorded: no capture runs yet. */
+	reqwait_iteration(&chat, &it, 3, WAIT_DECODE);
+	trace_wait(&t, 3, 0, &chat, &it);
+	trace_start(&t, T0);
+	doc = written(&t, "m");
+	is_int(req_events(doc, "X", 3, xs, 16), 0, "wait trace: nothing "
+	    "before the capture");
+	jv_free(doc);
+	reqwait_init(&chat, T0);
+	reqwait_iteration(&chat, &it, 3, WAIT_DECODE);
+	is_int(chat.nlast, 3, "wait trace: queued, own decode, others'");
+	is_int(reqwait_last_ns(&chat, WAIT_OTHERS_PREFILL), 99 * MS,
+	    "wait trace: 99 ms others' in the last call");
+	trace_wait(&t, 3, 0, &chat, &it);
+	reqwait_iteration(&p7, &it, 7, WAIT_PREFILL);
+	trace_wait(&t, 7, 0, &p7, &it);
+	reqwait_finish(&chat, T0 + 115 * MS);
+	trace_wait(&t, 3, -1, &chat, NULL);
+	trace_stop(&t, T0 + 200 * MS);
+
+	doc = written(&t, "m");
+	n = req_events(doc, "X", 3, xs, 16);
+	is_int(n, 4, "wait trace: four intervals for the chat");
+	if (n == 4) {
+		is_str(jstr(xs[0], "name"), "queued", "wait trace: queued");
+		near(jnum(xs[0], "ts"), 1000000, 0, "wait trace: from arrival");
+		near(jnum(xs[0], "dur"), 10000, 0, "wait trace: 10 ms queued");
+		is_str(jstr(xs[1], "name"), "decode", "wait trace: own decode");
+		near(jnum(xs[1], "dur"), 1000, 0, "wait trace: 1 ms decode");
+		is_str(jstr(xs[2], "name"), "others_prefill",
+		    "wait trace: others' prefill");
+		near(jnum(xs[2], "ts"), 1011000, 0, "wait trace: after its own");
+		near(jnum(xs[2], "dur"), 99000, 0, "wait trace: 99 ms others'");
+		args = jget(xs[2], "args");
+		near(jnum(args, "request"), 3, 0, "wait trace: args.request");
+		near(jnum(args, "others_prefill_tokens"), 99, 0,
+		    "wait trace: 99 others' tokens");
+		near(jnum(args, "iteration_start_us"), 1010000, 0,
+		    "wait trace: the iteration's start");
+		bl = jget(args, "blamed");
+		ok(bl != NULL && bl->t == J_ARR && bl->n == 2,
+		    "wait trace: two requests blamed");
+		if (bl != NULL && bl->t == J_ARR && bl->n == 2) {
+			near(jnum(bl->items[0], "id"), 7, 0,
+			    "wait trace: the larger prompt first");
+			near(jnum(bl->items[0], "us"), 60000, 0,
+			    "wait trace: 60 ms on it");
+			near(jnum(bl->items[1], "id"), 9, 0,
+			    "wait trace: then request 9");
+			near(jnum(bl->items[1], "prefill_tokens"), 39, 0,
+			    "wait trace: with its 39 tokens");
+		}
+		is_str(jstr(xs[3], "name"), "scheduling",
+		    "wait trace: scheduling until the finish");
+		for (i = 0; i < n; i++)
+			sum += jnum(xs[i], "dur");
+		near(sum, 115000, 0, "wait trace: the intervals sum to e2e");
+	}
+	n = req_events(doc, "f", 3, fs, 16);
+	is_int(n, 2, "wait trace: two arrows end on the chat");
+	if (n == 2) {
+		is_str(jstr(fs[0], "bp"), "e", "wait trace: bound to its slice");
+		near(jnum(fs[0], "ts"), 1011000.001, 1e-6,
+		    "wait trace: inside the others' prefill interval");
+		is_int(req_events(doc, "s", 7, xs, 16), 1,
+		    "wait trace: one arrow starts on request 7");
+		near(jnum(xs[0], "id"), jnum(fs[0], "id"), 0,
+		    "wait trace: and it is the chat's first");
+		near(jnum(xs[0], "ts"), 1010000.001, 1e-6,
+		    "wait trace: at request 7's prefill");
+	}
+	n = req_events(doc, "X", 7, xs, 16);
+	is_int(n, 3, "wait trace: request 7 queued, prefilled, waited on 9");
+	if (n == 3) {
+		is_str(jstr(xs[1], "name"), "prefill", "wait trace: its prefill");
+		near(jnum(jget(xs[1], "args"), "prefill_tokens"), 60, 0,
+		    "wait trace: of 60 tokens");
+	}
+	near(jnum(jget(doc, "otherData"), "intervals_recorded"), 7, 0,
+	    "wait trace: 7 intervals recorded");
+	jv_free(doc);
+	trace_free(&t);
+}
+
 int
 main(void)
 {
@@ -671,5 +808,6 @@ main(void)
 	test_escape();
 	test_strbuf();
 	test_trace();
+	test_trace_wait();
 	done_testing();
 }

@@ -191,6 +191,65 @@ test_blame_full(void)
 	is_int(reqwait_total(&w), t - T0, "blame: sum still exact");
 }
 
+/*
+ * The per-model share histograms of a finished request (queued 3, own
+ * prefill 12, others' 30, scheduling 5 of 50 ms), and the window of the
+ * decode latency others' prefill caused.
+ */
+static void
+test_shares(const struct reqtime *rt)
+{
+	struct inst_metrics	 m;
+	struct inst_snapshot	 sn;
+	struct iter_sample	 is;
+	uint64_t		 gap = 20 * MS;
+	const struct hist	*h;
+
+	inst_metrics_init(&m, "m", T0, NULL);
+	inst_metrics_finished(&m, rt, FINISH_EOS);
+	/* Two iterations: the second's decoders lost 5 ms to prefill. */
+	memset(&is, 0, sizeof is);
+	is.start = T0;
+	is.end = T0 + 20 * MS;
+	inst_metrics_iteration(&m, &is, &gap, 1);
+	is.start = T0 + 20 * MS;
+	is.end = T0 + 40 * MS;
+	is.decode_others_ns = 5 * MS;
+	inst_metrics_iteration(&m, &is, &gap, 1);
+	inst_snapshot_init(&sn);
+	inst_metrics_snapshot(&m, &sn, T0 + 50 * MS);
+	h = &sn.wait_share[WAIT_OTHERS_PREFILL];
+	is_int(h->count, 1, "shares: one request");
+	is_int(h->sum, 600000, "shares: others' prefill 0.6 in ppm");
+	is_int(h->counts[hist_bucket(&hist_layout_share, 600000)], 1,
+	    "shares: in the le 0.6 bucket");
+	is_int(hist_layout_share.bounds[hist_bucket(&hist_layout_share,
+	    600000)], 600000, "shares: which is bound 0.6");
+	h = &sn.wait_share[WAIT_QUEUED];
+	is_int(h->sum, 60000, "shares: queued 0.06");
+	is_int(h->counts[hist_bucket(&hist_layout_share, 60000)], 1,
+	    "shares: queued in le 0.1");
+	is_int(hist_layout_share.bounds[hist_bucket(&hist_layout_share,
+	    60000)], 100000, "shares: the bucket above 0.05");
+	h = &sn.wait_share[WAIT_DECODE];
+	is_int(h->counts[0], 1, "shares: no decode: the le 0 bucket");
+	is_int(sn.wait_share[WAIT_PREFILL].sum +
+	    sn.wait_share[WAIT_OTHERS_PREFILL].sum +
+	    sn.wait_share[WAIT_QUEUED].sum +
+	    sn.wait_share[WAIT_SCHEDULING].sum, 1000000,
+	    "shares: the request's shares sum to 1");
+	is_int(sn.decode_gaps_ns, 40 * MS, "decode window: 40 ms between tokens");
+	is_int(sn.decode_others_ns, 5 * MS, "decode window: 5 ms of it others'");
+	ok(inst_snapshot_decode_others_share(&sn) == 0.125,
+	    "decode window: share 0.125");
+	/* A minute later both have left the window. */
+	inst_metrics_snapshot(&m, &sn, T0 + 70 * 1000 * MS);
+	ok(sn.decode_gaps_ns == 0 && inst_snapshot_decode_others_share(&sn) == 0,
+	    "decode window: empty after a minute");
+	inst_snapshot_free(&sn);
+	inst_metrics_free(&m);
+}
+
 /* Through reqtime: the summary carries the shares and they sum to e2e. */
 static void
 test_reqtime(void)
@@ -220,6 +279,7 @@ test_reqtime(void)
 	is_int(s.blamed[0].id, 8, "reqtime: request 8");
 	is_str(wait_cause_names[WAIT_OTHERS_PREFILL], "others_prefill",
 	    "cause name of others' prefill");
+	test_shares(&rt);
 	reqtime_free(&rt);
 }
 
