@@ -96,6 +96,7 @@ struct egroup {
 	struct wait_entry	*wpref;		/* the batch's prefill entries */
 	size_t			 vcap;
 	uint64_t		 decode_others_ns; /* this iteration's, decoders' */
+	size_t			 nwpref;	/* entries in wpref */
 };
 
 struct engine {
@@ -665,6 +666,9 @@ record_iteration(struct engine *e, struct egroup *g, uint64_t start,
 		ti.decode_tokens = decode;
 		ti.nreqs = (uint32_t)nseqs;
 		ti.group = g->index;
+		ti.nprefills = (uint32_t)g->nwpref;
+		for (size_t k = 0; k < g->nwpref && k < TRACE_ITER_PREFILLS; k++)
+			ti.prefill_ids[k] = g->wpref[k].id;
 		pguard_stats(&e->policy, &ps);
 		snprintf(ti.policy, sizeof ti.policy, "%.*s",
 		    (int)sizeof ti.policy - 1, ps.name);
@@ -693,6 +697,7 @@ attribute_wait(struct engine *e, struct egroup *g, int nb, uint64_t start,
 		g->wpref[np].id = g->freqs[i]->id;
 		g->wpref[np++].tokens = (uint32_t)g->fentries[i].n_tokens;
 	}
+	g->nwpref = np;
 	wait_model_add(&e->wmodel, prefill, decode, end - start);
 	memset(&it, 0, sizeof it);
 	it.start = start;

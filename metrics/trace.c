@@ -124,6 +124,8 @@ trace_append(struct trace *t, const struct trace_iter *it)
 	slot->group = it->group;
 	slot->seq = t->seq++;
 	copy_name(slot->policy, it->policy);
+	slot->nprefills = it->nprefills;
+	memcpy(slot->prefill_ids, it->prefill_ids, sizeof slot->prefill_ids);
 	t->len++;
 	pthread_mutex_unlock(&t->lock);
 }
@@ -357,7 +359,7 @@ trace_write(struct trace *t, struct strbuf *sb, const char *process_name)
 	struct trace_span	*sp;
 	uint64_t		 dropped, started, stopped, seq, sseq, sdropped;
 	int32_t			 seen[TRACE_MAXGROUPS];
-	uint32_t		 n, i, ns, nseen = 0;
+	uint32_t		 n, i, j, ns, nseen = 0;
 
 	/* Copy under the lock, format after, so the engine never waits long. */
 	pthread_mutex_lock(&t->lock);
@@ -402,6 +404,14 @@ trace_write(struct trace *t, struct strbuf *sb, const char *process_name)
 		    (int)it->group, (unsigned long long)it->seq,
 		    it->prefill_tokens, it->decode_tokens, it->nreqs);
 		strbuf_json_string(sb, it->policy);
+		if (it->nprefills != 0) {
+			strbuf_adds(sb, ",\"prefill_requests\":[");
+			for (j = 0; j < it->nprefills && j < TRACE_ITER_PREFILLS;
+			    j++)
+				strbuf_printf(sb, "%s%llu", j ? "," : "",
+				    (unsigned long long)it->prefill_ids[j]);
+			strbuf_adds(sb, "]");
+		}
 		strbuf_adds(sb, "}}");
 	}
 	write_spans(sb, sp, ns);

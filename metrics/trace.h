@@ -11,6 +11,7 @@ struct wait_iter;
 
 #define TRACE_POLICY_MAX	48
 #define TRACE_MAXCAP		(1U << 22)
+#define TRACE_ITER_PREFILLS	8
 
 /* One engine iteration as the trace keeps it. */
 struct trace_iter {
@@ -22,6 +23,8 @@ struct trace_iter {
 	int32_t		 group;			/* device group: the tid */
 	uint64_t	 seq;			/* set by trace_append */
 	char		 policy[TRACE_POLICY_MAX];
+	uint32_t	 nprefills;		/* requests prefilling in it */
+	uint64_t	 prefill_ids[TRACE_ITER_PREFILLS]; /* the first of them */
 };
 
 /* A request whose prefill shared an iteration with a span's request. */
@@ -108,7 +111,8 @@ void	 trace_wait(struct trace *, uint64_t req, int32_t group,
  * chrome://tracing and Perfetto open.  Each iteration is one complete
  * event ("ph":"X") named prefill, decode, mixed or idle after its batch,
  * with ts and dur in microseconds of CLOCK_MONOTONIC, pid 1, tid the device
- * group and args holding the composition and the policy; metadata events
+ * group and args holding the composition, the policy and the ids of the
+ * requests that prefilled in it (prefill_requests); metadata events
  * ("ph":"M") name the process and each group's thread.  Request intervals
  * are complete events of pid 2 ("requests"), one thread row per request
  * (tid: the request id), named after their wait cause (category "wait");

@@ -73,6 +73,9 @@ def check_trace(path, chats, long):
     lrow = rows.get(lid, [])
     ok(any(e["name"] == "prefill" and e["args"].get("prefill_tokens", 0) > 0 for e in lrow),
        "trace: the long prompt's row has its prefill", [e["name"] for e in lrow])
+    ok(any(e.get("pid") == 1 and e["ph"] == "X" and lid in e["args"].get("prefill_requests", [])
+           and e["args"]["decode_tokens"] > 0 for e in ev),
+       "trace: an iteration names the long prompt among its prefills beside decodes")
     starts = {e["id"]: e for e in ev if e["ph"] == "s" and e.get("cat") == "blame"}
     for i, c in enumerate(chats):
         row = rows.get(c["request_id"], [])

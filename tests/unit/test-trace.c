@@ -599,6 +599,11 @@ test_trace(void)
 		it.decode_tokens = i == 0 ? 0 : 3;
 		it.nreqs = i == 0 ? 1 : 3;
 		it.group = i == 4 ? 1 : 0;
+		if (i == 2) {
+			it.nprefills = 2;
+			it.prefill_ids[0] = 41;
+			it.prefill_ids[1] = 43;
+		}
 		snprintf(it.policy, sizeof it.policy, "%s", odd);
 		trace_append(&t, &it);
 	}
@@ -620,6 +625,12 @@ test_trace(void)
 		near(jnum(args, "requests"), 3, 0, "args.requests");
 		near(jnum(args, "iteration"), 2, 0, "args.iteration");
 		is_str(jstr(args, "policy"), odd, "policy name survives escaping");
+		ok(jget(args, "prefill_requests") != NULL &&
+		    jget(args, "prefill_requests")->n == 2 &&
+		    jget(args, "prefill_requests")->items[1]->num == 43,
+		    "args.prefill_requests names who prefilled");
+		ok(jget(jget(xs[1], "args"), "prefill_requests") == NULL,
+		    "none on a decode-only iteration");
 	}
 	is_str(jstr(doc, "displayTimeUnit"), "ms", "displayTimeUnit ms");
 	ok(jget(jget(doc, "traceEvents")->items[0], "args") != NULL &&
