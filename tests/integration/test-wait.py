@@ -156,9 +156,15 @@ for name, policy in (("fcfs", ["fcfs"]), ("chunked", ["chunked-prefill", "budget
     for i, c in enumerate(chats):
         ok(c is not None and c["output_tokens"] == 400, "%s: chat %d ran to the end" % (name, i), c)
         sums_ok(c, "%s chat %d" % (name, i))
-        ok(c["blamed"] and c["blamed"][0]["id"] == long["request_id"]
-           and c["wait"]["others_prefill_ms"] > 0,
-           "%s: chat %d blames the long prompt (%s) first" % (name, i, long["request_id"]),
+        # Under chunking each chunk costs the chats little, and the other
+        # chat's short prefill can weigh as much on a loaded machine: there
+        # the long prompt need only be among those blamed.
+        ids = [b["id"] for b in c["blamed"]]
+        lid = long["request_id"]
+        named = ids[:1] == [lid] if name == "fcfs" else lid in ids
+        ok(named and c["wait"]["others_prefill_ms"] > 0,
+           "%s: chat %d blames the long prompt (%s)%s" % (
+               name, i, long["request_id"], " first" if name == "fcfs" else ""),
            (c["blamed"], c["wait"]))
         ok(c["wait"]["decode_ms"] > 0 and c["wait"]["preempted_ms"] == 0
            and c["wait"]["kv_transfer_ms"] == 0 and c["wait"]["client_ms"] == 0,

@@ -302,7 +302,7 @@ test_instance(void)
 	/* Ten iterations, one a second, 100 prompt and 2 output tokens each. */
 	for (i = 1; i <= 10; i++) {
 		it = (struct iter_sample){ T0 + (uint64_t)i * SEC - 30 * MS,
-		    T0 + (uint64_t)i * SEC, 100, 2, 3, 2 };
+		    T0 + (uint64_t)i * SEC, 100, 2, 3, 2, 0 };
 		inst_metrics_iteration(&m, &it, tbt, 2);
 	}
 	feed_request(&m, T0 + 1 * SEC, 50 * MS, 3, 10 * MS, FINISH_EOS);
@@ -384,7 +384,7 @@ test_instance(void)
 	/* Uptime shorter than the window: rates divide by the uptime. */
 	inst_metrics_free(&m);
 	inst_metrics_init(&m, "young", T0, NULL);
-	it = (struct iter_sample){ T0, T0 + 1 * SEC, 500, 0, 1, 1 };
+	it = (struct iter_sample){ T0, T0 + 1 * SEC, 500, 0, 1, 1, 0 };
 	inst_metrics_iteration(&m, &it, NULL, 0);
 	inst_metrics_snapshot(&m, &s, T0 + 2 * SEC);
 	is_int(inst_snapshot_window_span(&s), 2 * SEC, "span is the 2 s uptime");
@@ -413,7 +413,7 @@ feeder_main(void *arg)
 
 	for (i = 0; i < f->n; i++) {
 		it = (struct iter_sample){ T0 + (uint64_t)i * MS,
-		    T0 + (uint64_t)(i + 1) * MS, 1, 1, 1, 1 };
+		    T0 + (uint64_t)(i + 1) * MS, 1, 1, 1, 1, 0 };
 		inst_metrics_iteration(f->m, &it, &tbt, 1);
 	}
 	return (NULL);

@@ -635,7 +635,7 @@ test_exposition(void)
 	for (i = 1; i <= 40; i++) {
 		it = (struct iter_sample){ T0 + (uint64_t)i * 25 * MS,
 		    T0 + (uint64_t)(i + 1) * 25 * MS, i % 4 == 0 ? 128 : 0,
-		    3, 4, 3 };
+		    3, 4, 3, 0 };
 		/* Every fourth iteration's decoders lose 5 ms to a prefill. */
 		it.decode_others_ns = i % 4 == 0 ? 5 * MS : 0;
 		inst_metrics_iteration(&m[0], &it, &tbt, 1);
