@@ -6,10 +6,11 @@ the wait breakdown (phasectl --json generate's "wait"), a Markdown table,
 and with --svg writes the same means as a stacked-bar chart (plain SVG).
 
 The policies are fcfs, decode-reserved, chunked-prefill with budgets 16
-and 64 on one mixed group, and disaggregated on a second copy of the model
+and 64 on one mixed group (all cores, or --mixed GROUPS, e.g. mixed:cpu0
+for one pinned core), and disaggregated on a second copy of the model
 placed on a prefill group (cpu0) and a decode group (cpu1).
 
-usage: top_builddir=BUILD wait-breakdown.py [--svg FILE] [ROUNDS]
+usage: top_builddir=BUILD wait-breakdown.py [--svg FILE] [--mixed GROUPS] [ROUNDS]
        (stories260K.gguf; ROUNDS defaults to 3)
 """
 
@@ -55,9 +56,10 @@ def loadavg():
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def svg_chart(rows, title, subtitle):
+def svg_chart(rows, title, subtitles):
     """A horizontal stacked bar per policy: the chats' mean e2e by cause."""
-    left, right, top, bar, gap = 300, 40, 70, 26, 14
+    left, right, bar, gap = 300, 40, 26, 14
+    top = 54 + 18 * len(subtitles)
     width = 1000
     plot = width - left - right
     longest = max(sum(r["means"]) for r in rows) or 1.0
@@ -70,7 +72,8 @@ def svg_chart(rows, title, subtitle):
            '<rect width="100%" height="100%" fill="white"/>',
            '<text x="%d" y="22" font-size="15" font-weight="bold">%s</text>'
            % (10, escape(title)),
-           '<text x="%d" y="42" fill="#444">%s</text>' % (10, escape(subtitle))]
+           ] + ['<text x="10" y="%d" fill="#444">%s</text>' % (42 + 18 * i, escape(t))
+                for i, t in enumerate(subtitles)]
     for k in range(6):
         v = axis * k / 5
         x = left + plot * v / axis
@@ -112,13 +115,17 @@ def svg_chart(rows, title, subtitle):
 
 def main():
     args = sys.argv[1:]
-    svg = None
-    if len(args) >= 2 and args[0] == "--svg":
-        svg = args[1]
+    svg = mixed = None
+    while len(args) >= 2 and args[0] in ("--svg", "--mixed"):
+        if args[0] == "--svg":
+            svg = args[1]
+        else:
+            mixed = args[1]
         args = args[2:]
     rounds = int(args[0]) if args else 3
     load0 = loadavg()
-    d = Daemon(conf="plugin-dir %s\nmodel stories \"%s\" ctx=512\n" % (PLUGINS, MODEL)).start()
+    d = Daemon(conf="plugin-dir %s\nmodel stories \"%s\" ctx=512%s\n" % (
+        PLUGINS, MODEL, " groups=" + mixed if mixed else "")).start()
     wait_ready(d, "stories")
     rc, _, err = d.ctl("load", "stories-dis", MODEL, "ctx=512",
                        "groups=prefill:cpu0/decode:cpu1")
@@ -143,11 +150,11 @@ def main():
     d.cleanup()
     load1 = loadavg()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print("Date: %s; command: top_builddir=%s %s%s %d; model stories260K.gguf, "
+    print("Date: %s; command: top_builddir=%s %s; model stories260K.gguf, "
           "ctx 512, 2 chats x 400 tokens, one %d-byte prompt arriving while they decode; "
-          "load average before %s, after %s" % (
-              when, BUILD, sys.argv[0], " --svg " + svg if svg else "", rounds,
-              len(LONG), load0, load1))
+          "the mixed group on %s; load average before %s, after %s" % (
+              when, BUILD, " ".join(sys.argv), len(LONG),
+              mixed or "all cores", load0, load1))
     print()
     print("| policy | e2e ms | " + " | ".join(c + " ms" for c in CAUSES) +
           " | others_prefill share | tbt_max ms | long prompt blamed first |")
@@ -165,10 +172,11 @@ def main():
             sum(f["tbt_max_ms"] for f in fs) / n, blamed_long[name], n))
     if svg is not None:
         with open(svg, "w") as f:
-            f.write(svg_chart(rows, "Who made the chats wait: wait breakdown per policy",
-                              "%s; stories260K, 2 chats x 400 tokens + one ~340-token "
-                              "prompt; %d rounds; load average %s / %s" % (
-                                  when, rounds, load0, load1)))
+            f.write(svg_chart(rows, "Who made the chats wait: wait breakdown per policy", [
+                "%s; stories260K.gguf, 2 chats x 400 tokens while a ~340-token prompt "
+                "arrives; %d rounds" % (when, rounds),
+                "mixed group: %s; load average (1, 5, 15 min) before %s, after %s "
+                "(2 shared cores)" % (mixed or "all cores", load0, load1)]))
 
 
 main()
