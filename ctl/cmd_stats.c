@@ -87,8 +87,8 @@ wait_share_text(const Phased__ModelStats *m)
 
 	if (m->n_wait_share == 0)
 		return;
-	printf("  %-22s %8s %7s %7s %7s %7s  %s\n", "share of e2e (since "
-	    "start)", "count", "mean%", "p50%", "p90%", "p99%",
+	printf("  %-22s %8s %7s %7s %7s %7s  %s\n", "e2e share since start",
+	    "count", "mean%", "p50%", "p90%", "p99%",
 	    "requests per bucket (le share: count)");
 	for (i = 0; i < m->n_wait_share; i++) {
 		w = m->wait_share[i];

@@ -221,7 +221,7 @@ for c in ("others_prefill", "decode"):
            % (c, le, cum), prom.get((c, le)))
     ok(prom.get((c, "+Inf")) == len(finals), "metrics: %s share +Inf bucket" % c)
 rc, tout, err = d.ctl("stats", "stories")
-ok("share of e2e" in tout and "others' prefill" in tout, "stats text: the share table and "
+ok("e2e share since start" in tout and "others' prefill" in tout, "stats text: the share table and "
    "the decode window", tout)
 d.cleanup()
 done()
