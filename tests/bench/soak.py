@@ -14,10 +14,10 @@ end, with every client gone, it prints its figures and asserts:
   - every greedy golden-prompt request that finished got the golden tokens;
   - 0 KV blocks leaked: each model reports 0 blocks used and 0 requests
     running or waiting once idle (phasectl models and phasectl stats);
-  - resident memory flat: the daemon's VmRSS at the end is within 2%
-    (plus 1 MiB) of its peak over the first half of the run after the
-    warm-up, so nothing grows with the number of requests (the series
-    is printed);
+  - resident memory flat: the last third of the run adds no more than 2%
+    (plus 512 kB) to the daemon's VmRSS (the series is printed: it rises
+    in steps early on, the allocator keeping the high-water mark of what
+    was live at once, and a leak would show as a slope);
   - the daemon is alive, with one policy host per model (a swapped-out
     host ends at its model's next iteration, so one request each runs
     before the count).
@@ -150,10 +150,20 @@ def control_loop(d, stop_at, seed, swap_s, fault_every, log):
     """Swap a's policy every swap_s seconds; every fault_every-th a faulty one."""
     rng = random.Random(seed)
     k = 0
+    last_ejected = None
     while time.time() < stop_at:
         time.sleep(swap_s)
         if time.time() >= stop_at:
             break
+        # Why the policy of the last swap was ended, if it was.
+        try:
+            rc, out, err = d.ctl("--json", "policy", "show", "a", timeout=30)
+            ej = json.loads(out).get("ejected") if rc == 0 else None
+        except Exception:  # noqa: BLE001 (counted as a control failure below)
+            ej = None
+        if ej and ej != last_ejected:
+            log.append(("ejected", 0, 0, ej[:100]))
+        last_ejected = ej
         k += 1
         name = (rng.choice(FAULTY) if k % fault_every == 0
                 else rng.choice(POLICIES))
@@ -379,12 +389,20 @@ def main():
               100.0 * (rss_end - rss_start) / max(rss_start, 1)))
     print("  VmRSS series (s:kB, RssAnon) %s" % " ".join(
         "%d:%d,%d" % x for x in rss_series))
-    # Flat: the second half adds no more than 2% (+1 MiB) over the peak of
-    # the first half, once the warm-up has grown the allocator's arenas.
-    half = [kb for t, kb, a in rss_series if t <= elapsed / 2 and t >= warm]
-    peak1 = max(half) if half else rss_start
-    print("  VmRSS peak of the first half (after warm-up) %d kB, end %d kB" % (
-        peak1, rss_end))
+    # Flat: no growth with the number of requests.  The allocator keeps
+    # the high-water mark of what was live at once (a backlog while a
+    # faulty plugin held its model), so the series rises in steps early
+    # on; what a leak would show is a slope, so the last third of the run
+    # must add no more than 2% (+512 kB) to the VmRSS it started with.
+    third = [(t, kb) for t, kb, a in rss_series if t >= elapsed * 2 / 3]
+    t3, kb3 = third[0] if third else (elapsed, rss_end)
+    sent3 = max(tally.sent * (elapsed - t3) / elapsed, 1)
+    print("  VmRSS last third   %d kB at %d s, %d kB at the end: %+.0f bytes "
+          "per request" % (kb3, t3, rss_end, (rss_end - kb3) * 1024.0 / sent3))
+    ejected = [x[3] for x in log if x[0] == "ejected"]
+    regular = [e for e in ejected if not any(f in e for f in FAULTY)]
+    print("  ejections seen     %d, of regular policies %d %s" % (
+        len(ejected), len(regular), regular[:5]))
     for x in ctl_fail[:10]:
         print("  control failure: %s" % (x,))
 
@@ -399,7 +417,7 @@ def main():
          all(s is not None and s[0] == 0 for s in skv.values()) and
          all(v == 0 for v in mkv.values())),
         ("0 requests left", all(b == (0, 0) for b in busy.values())),
-        ("resident memory flat", rss_end <= peak1 * 1.02 + 1024),
+        ("resident memory flat", rss_end <= kb3 * 1.02 + 512),
         ("control answered", not ctl_fail),
         ("one policy host per model", len(hosts) == 2),
     ]
