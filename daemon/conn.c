@@ -371,6 +371,55 @@ protocol_error(struct conn *c, uint64_t id, const char *msg)
 	conn_close_after_flush(c);
 }
 
+/* The length a frame's 4-byte big-endian header announces. */
+uint32_t
+frame_len(const uint8_t *hdr)
+{
+	return ((uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
+	    (uint32_t)hdr[2] << 8 | hdr[3]);
+}
+
+/*
+ * Take one request frame off the front of buf.  A bad header is refused
+ * as soon as its 4 bytes are there, before the body arrives.  Needs no
+ * daemon: the fuzz targets call it on raw bytes.
+ */
+enum frame_res
+frame_take(const uint8_t *buf, size_t len, uint32_t max_frame,
+    Phased__Request **reqp, size_t *used, char *msg, size_t msgsz)
+{
+	Phased__Request	*req;
+	uint32_t	 n;
+
+	*reqp = NULL;
+	if (len < 4)
+		return (FRAME_MORE);
+	n = frame_len(buf);
+	if (n == 0) {
+		snprintf(msg, msgsz, "empty frame (length 0)");
+		return (FRAME_BAD);
+	}
+	if (n > max_frame) {
+		snprintf(msg, msgsz, "frame of %u bytes is over the limit of %u",
+		    n, max_frame);
+		return (FRAME_BAD);
+	}
+	if (len < (size_t)n + 4)
+		return (FRAME_MORE);
+	*used = (size_t)n + 4;
+	if ((req = phased__request__unpack(NULL, n, buf + 4)) == NULL) {
+		snprintf(msg, msgsz, "undecodable request message");
+		return (FRAME_BAD);
+	}
+	if (req->id == 0) {
+		phased__request__free_unpacked(req, NULL);
+		snprintf(msg, msgsz, "request id 0 is reserved");
+		return (FRAME_BAD);
+	}
+	*reqp = req;
+	return (FRAME_OK);
+}
+
 /*
  * Decode and dispatch complete frames.  Returns -1 if the connection is
  * gone or closing.
@@ -382,7 +431,7 @@ conn_process(struct conn *c)
 	struct evbuffer		*out = bufferevent_get_output(c->bev);
 	Phased__Request		*req;
 	uint8_t			 hdr[4], *data;
-	uint32_t		 len;
+	size_t			 need, used = 0;
 	uint64_t		 serial = c->serial;
 	char			 msg[128];
 
@@ -395,33 +444,23 @@ conn_process(struct conn *c)
 		c->paused = 0;
 		if (evbuffer_copyout(in, hdr, 4) != 4)
 			return (0);
-		len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
-		    (uint32_t)hdr[2] << 8 | hdr[3];
-		if (len == 0) {
-			protocol_error(c, 0, "empty frame (length 0)");
-			return (-1);
-		}
-		if (len > phased->conf.max_frame) {
-			snprintf(msg, sizeof msg, "frame of %u bytes is over "
-			    "the limit of %u", len, phased->conf.max_frame);
+		/* The header alone: refuse a bad length before the body. */
+		if (frame_take(hdr, 4, phased->conf.max_frame, &req, &used,
+		    msg, sizeof msg) == FRAME_BAD) {
 			protocol_error(c, 0, msg);
 			return (-1);
 		}
-		if (evbuffer_get_length(in) < (size_t)len + 4)
+		need = (size_t)frame_len(hdr) + 4;
+		if (evbuffer_get_length(in) < need)
 			return (0);
-		evbuffer_drain(in, 4);
-		data = evbuffer_pullup(in, len);
-		req = phased__request__unpack(NULL, len, data);
-		evbuffer_drain(in, len);
-		if (req == NULL) {
-			protocol_error(c, 0, "undecodable request message");
+		data = evbuffer_pullup(in, need);
+		if (frame_take(data, need, phased->conf.max_frame, &req, &used,
+		    msg, sizeof msg) != FRAME_OK) {
+			evbuffer_drain(in, need);
+			protocol_error(c, 0, msg);
 			return (-1);
 		}
-		if (req->id == 0) {
-			phased__request__free_unpacked(req, NULL);
-			protocol_error(c, 0, "request id 0 is reserved");
-			return (-1);
-		}
+		evbuffer_drain(in, used);
 		if (req_lookup(req->body_case) == NULL) {
 			snprintf(msg, sizeof msg, "unknown request type in "
 			    "request %llu", (unsigned long long)req->id);

@@ -5,6 +5,7 @@
 #include <sys/queue.h>
 #include <sys/types.h>
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <phased/phased.pb-c.h>
@@ -76,5 +77,18 @@ struct stream *stream_find(struct conn *, uint64_t id);
 int	stream_send(struct stream *, Phased__Response *);
 /* Finish a stream: detach it from its connection and free it. */
 void	stream_free(struct stream *);
+
+/* What frame_take found at the front of a buffer. */
+enum frame_res {
+	FRAME_MORE,	/* not a whole frame yet */
+	FRAME_OK,	/* a request, decoded */
+	FRAME_BAD,	/* a protocol error: msg says what */
+};
+/* The length a frame header announces. */
+uint32_t	frame_len(const uint8_t *hdr);
+/* Take and decode one request frame off buf; no daemon needed. */
+enum frame_res	frame_take(const uint8_t *buf, size_t len, uint32_t max_frame,
+		    Phased__Request **req, size_t *used, char *msg,
+		    size_t msgsz);
 
 #endif

@@ -63,4 +63,10 @@ int	gen_tokenize(struct instance *, const char *prompt, size_t len,
 int	gen_submit(struct instance *, struct engine_gen *, struct gen *,
 	    int *code, char **cause);
 
+/* Check stop strings and top_logprobs; -1 and *cause.  No daemon needed. */
+int	gen_check_options(char **stop, size_t n_stop, int has_top,
+	    uint32_t top, char **cause);
+/* Check a prompt text's size and UTF-8; -1 and *cause.  No daemon needed. */
+int	gen_check_prompt(const char *prompt, char **cause);
+
 #endif

@@ -308,32 +308,49 @@ http_status_of(int code)
 	}
 }
 
+/*
+ * Parse a request body as a JSON object; NULL and *cause if it is not one.
+ * Needs no daemon (the fuzz targets).
+ */
+json_t *
+http_json_object(const char *buf, size_t len, char **cause)
+{
+	json_error_t	 e;
+	json_t		*o;
+
+	if (len == 0) {
+		set_cause(cause, "request body is empty: a JSON object is "
+		    "expected");
+		return (NULL);
+	}
+	o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &e);
+	if (o == NULL) {
+		set_cause(cause, "request body is not valid JSON: %s at line "
+		    "%d column %d", e.text, e.line, e.column);
+		return (NULL);
+	}
+	if (!json_is_object(o)) {
+		json_decref(o);
+		set_cause(cause, "request body must be a JSON object");
+		return (NULL);
+	}
+	return (o);
+}
+
 /* Parse the body of a request as a JSON object; NULL after an error reply. */
 json_t *
 http_body_object(struct evhttp_request *req, enum http_err_style style)
 {
 	struct evbuffer	*in = evhttp_request_get_input_buffer(req);
-	json_error_t	 e;
 	size_t		 len = evbuffer_get_length(in);
 	json_t		*o;
+	char		*cause = NULL;
 
-	if (len == 0) {
-		http_error(req, style, 400, NULL, "request body is empty: a "
-		    "JSON object is expected");
-		return (NULL);
-	}
-	o = json_loadb((const char *)evbuffer_pullup(in, -1), len,
-	    JSON_REJECT_DUPLICATES, &e);
+	o = http_json_object(len == 0 ? "" :
+	    (const char *)evbuffer_pullup(in, -1), len, &cause);
 	if (o == NULL) {
-		http_error(req, style, 400, NULL, "request body is not valid "
-		    "JSON: %s at line %d column %d", e.text, e.line, e.column);
-		return (NULL);
-	}
-	if (!json_is_object(o)) {
-		json_decref(o);
-		http_error(req, style, 400, NULL, "request body must be a "
-		    "JSON object");
-		return (NULL);
+		http_error(req, style, 400, NULL, "%s", cause);
+		free(cause);
 	}
 	return (o);
 }

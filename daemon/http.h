@@ -128,6 +128,14 @@ int	hj_keep_alive(json_t *, const char *key, int64_t *ms, int *given,
 
 /* Parse the body of a request as a JSON object; NULL after an error reply. */
 json_t	*http_body_object(struct evhttp_request *, enum http_err_style);
+/* Parse bytes as a JSON object; NULL and *cause.  No daemon needed. */
+json_t	*http_json_object(const char *buf, size_t len, char **cause);
+/* Read an OpenAI completion / chat body into hg; -1 and *cause. */
+int	http_oai_completion_parse(json_t *o, struct hgen *hg, char **cause);
+int	http_oai_chat_parse(json_t *o, struct hgen *hg, char **cause);
+/* Read an Ollama generate / chat body into hg; -1 and *cause. */
+int	http_ollama_generate_parse(json_t *o, struct hgen *hg, char **cause);
+int	http_ollama_chat_parse(json_t *o, struct hgen *hg, char **cause);
 
 /* http_openai.c */
 void	http_oai_completions(struct evhttp_request *, const struct http_peer *);

@@ -165,47 +165,42 @@ ollama_bad(struct evhttp_request *req, struct hgen *hg, json_t *o, char *cause)
 	hgen_free(hg);
 }
 
-/* POST /api/generate */
-void
-http_ollama_generate(struct evhttp_request *req, const struct http_peer *p)
+/*
+ * Read an /api/generate body into hg; -1 and *cause if it is refused.
+ * Needs no daemon (the fuzz targets).
+ */
+int
+http_ollama_generate_parse(json_t *o, struct hgen *hg, char **cause)
 {
-	struct hgen	*hg;
 	const char	*prompt = NULL, *system = NULL, *suffix = NULL;
-	json_t		*o, *ctx, *t;
-	char		*cause = NULL;
+	json_t		*ctx, *t;
 	size_t		 i;
 
-	if ((o = http_body_object(req, HTTP_ERR_OLLAMA)) == NULL)
-		return;
-	hg = hgen_new(req, HAPI_OLLAMA_GENERATE, p);
-	if (ollama_params(o, hg, &cause) != 0 ||
-	    hj_string(o, "prompt", &prompt, &cause) != 0 ||
-	    hj_string(o, "system", &system, &cause) != 0 ||
-	    hj_string(o, "suffix", &suffix, &cause) != 0) {
-		ollama_bad(req, hg, o, cause);
-		return;
-	}
+	if (ollama_params(o, hg, cause) != 0 ||
+	    hj_string(o, "prompt", &prompt, cause) != 0 ||
+	    hj_string(o, "system", &system, cause) != 0 ||
+	    hj_string(o, "suffix", &suffix, cause) != 0)
+		return (-1);
 	if (suffix != NULL && *suffix != '\0') {
-		ollama_bad(req, hg, o, xstrdup("field 'suffix' is not "
-		    "supported: no fill-in-the-middle"));
-		return;
+		set_cause(cause, "field 'suffix' is not supported: no "
+		    "fill-in-the-middle");
+		return (-1);
 	}
 	ctx = json_object_get(o, "context");
 	if (ctx != NULL && !json_is_null(ctx)) {
 		if (!json_is_array(ctx)) {
-			ollama_bad(req, hg, o, xstrdup("field 'context' must be "
-			    "an array of token ids"));
-			return;
+			set_cause(cause, "field 'context' must be an array of "
+			    "token ids");
+			return (-1);
 		}
 		hg->tokens = xreallocarray(NULL, json_array_size(ctx) + 1,
 		    sizeof *hg->tokens);
 		json_array_foreach(ctx, i, t) {
 			if (!json_is_integer(t) || json_integer_value(t) < 0 ||
 			    json_integer_value(t) > INT32_MAX) {
-				xasprintf(&cause, "field 'context': element %zu "
+				set_cause(cause, "field 'context': element %zu "
 				    "is not a token id", i);
-				ollama_bad(req, hg, o, cause);
-				return;
+				return (-1);
 			}
 			hg->tokens[hg->n_tokens++] =
 			    (int32_t)json_integer_value(t);
@@ -223,8 +218,49 @@ http_ollama_generate(struct evhttp_request *req, const struct http_peer *p)
 			hg->prompt = NULL;
 		}
 	}
+	return (0);
+}
+
+/* POST /api/generate */
+void
+http_ollama_generate(struct evhttp_request *req, const struct http_peer *p)
+{
+	struct hgen	*hg;
+	json_t		*o;
+	char		*cause = NULL;
+
+	if ((o = http_body_object(req, HTTP_ERR_OLLAMA)) == NULL)
+		return;
+	hg = hgen_new(req, HAPI_OLLAMA_GENERATE, p);
+	if (http_ollama_generate_parse(o, hg, &cause) != 0) {
+		ollama_bad(req, hg, o, cause);
+		return;
+	}
 	json_decref(o);
 	hgen_run(hg);
+}
+
+/*
+ * Read an /api/chat body into hg; -1 and *cause if it is refused.  Needs
+ * no daemon (the fuzz targets).
+ */
+int
+http_ollama_chat_parse(json_t *o, struct hgen *hg, char **cause)
+{
+	json_t	*m;
+
+	if (ollama_params(o, hg, cause) != 0)
+		return (-1);
+	m = json_object_get(o, "messages");
+	if (m == NULL || json_is_null(m) || (json_is_array(m) &&
+	    json_array_size(m) == 0))
+		hg->load_only = 1;
+	else if (http_chat_check(m, cause) != 0)
+		return (-1);
+	else
+		hg->messages = json_incref(m);
+	hg->raw = 0;
+	return (0);
 }
 
 /* POST /api/chat */
@@ -232,26 +268,16 @@ void
 http_ollama_chat(struct evhttp_request *req, const struct http_peer *p)
 {
 	struct hgen	*hg;
-	json_t		*o, *m;
+	json_t		*o;
 	char		*cause = NULL;
 
 	if ((o = http_body_object(req, HTTP_ERR_OLLAMA)) == NULL)
 		return;
 	hg = hgen_new(req, HAPI_OLLAMA_CHAT, p);
-	if (ollama_params(o, hg, &cause) != 0) {
+	if (http_ollama_chat_parse(o, hg, &cause) != 0) {
 		ollama_bad(req, hg, o, cause);
 		return;
 	}
-	m = json_object_get(o, "messages");
-	if (m == NULL || json_is_null(m) || (json_is_array(m) &&
-	    json_array_size(m) == 0))
-		hg->load_only = 1;
-	else if (http_chat_check(m, &cause) != 0) {
-		ollama_bad(req, hg, o, cause);
-		return;
-	} else
-		hg->messages = json_incref(m);
-	hg->raw = 0;
 	json_decref(o);
 	hgen_run(hg);
 }

@@ -200,6 +200,35 @@ oai_prompt(json_t *o, struct hgen *hg, char **cause)
 	return (0);
 }
 
+/*
+ * Read a /v1/completions body into hg; -1 and *cause if it is refused.
+ * Needs no daemon (the fuzz targets).
+ */
+int
+http_oai_completion_parse(json_t *o, struct hgen *hg, char **cause)
+{
+	if (oai_params(o, hg, cause) != 0 || oai_prompt(o, hg, cause) != 0 ||
+	    hj_bool(o, "echo", &hg->echo, cause) != 0)
+		return (-1);
+	return (0);
+}
+
+/*
+ * Check a /v1/chat/completions body and read its parameters into hg; -1
+ * and *cause if it is refused.  Needs no daemon (the fuzz targets).
+ */
+int
+http_oai_chat_parse(json_t *o, struct hgen *hg, char **cause)
+{
+	if (oai_params(o, hg, cause) != 0 ||
+	    http_chat_check(json_object_get(o, "messages"), cause) != 0 ||
+	    refuse_unless(o, "response_format", json_pack("{ss}", "type",
+	    "text"), "only {\"type\": \"text\"}", cause) != 0)
+		return (-1);
+	hg->messages = json_incref(json_object_get(o, "messages"));
+	return (0);
+}
+
 /* POST /v1/completions */
 void
 http_oai_completions(struct evhttp_request *req, const struct http_peer *p)
@@ -211,8 +240,7 @@ http_oai_completions(struct evhttp_request *req, const struct http_peer *p)
 	if ((o = http_body_object(req, HTTP_ERR_OPENAI)) == NULL)
 		return;
 	hg = hgen_new(req, HAPI_OAI_COMPLETION, p);
-	if (oai_params(o, hg, &cause) != 0 || oai_prompt(o, hg, &cause) != 0 ||
-	    hj_bool(o, "echo", &hg->echo, &cause) != 0) {
+	if (http_oai_completion_parse(o, hg, &cause) != 0) {
 		http_error(req, HTTP_ERR_OPENAI, 400, NULL, "%s", cause);
 		free(cause);
 		json_decref(o);
@@ -236,17 +264,13 @@ http_oai_chat(struct evhttp_request *req, const struct http_peer *p)
 	if ((o = http_body_object(req, HTTP_ERR_OPENAI)) == NULL)
 		return;
 	hg = hgen_new(req, HAPI_OAI_CHAT, p);
-	if (oai_params(o, hg, &cause) != 0 ||
-	    http_chat_check(json_object_get(o, "messages"), &cause) != 0 ||
-	    refuse_unless(o, "response_format", json_pack("{ss}", "type",
-	    "text"), "only {\"type\": \"text\"}", &cause) != 0) {
+	if (http_oai_chat_parse(o, hg, &cause) != 0) {
 		http_error(req, HTTP_ERR_OPENAI, 400, NULL, "%s", cause);
 		free(cause);
 		json_decref(o);
 		hgen_free(hg);
 		return;
 	}
-	hg->messages = json_incref(json_object_get(o, "messages"));
 	json_decref(o);
 	hgen_run(hg);
 }

@@ -197,9 +197,11 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 	memset(o, 0, sizeof *o);
 	for (i = 0; i < argc && rc == 0; i++) {
 		if ((eq = strchr(argv[i], '=')) == NULL || eq == argv[i]) {
+			/* Free what the options before it allocated. */
 			set_cause(cause, "option '%s' is not key=value",
 			    argv[i]);
-			return (-1);
+			rc = -1;
+			break;
 		}
 		key = xstrndup(argv[i], (size_t)(eq - argv[i]));
 		k = key;

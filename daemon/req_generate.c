@@ -243,6 +243,55 @@ gen_instance(struct conn *c, uint64_t req_id, const char *model)
 }
 
 /*
+ * Check a request's stop strings and log probability count; -1 and
+ * *cause when one breaks a limit.  Needs no daemon (the fuzz targets).
+ */
+int
+gen_check_options(char **stop, size_t n_stop, int has_top, uint32_t top,
+    char **cause)
+{
+	size_t	i;
+
+	if (n_stop > ENGINE_MAX_STOPS) {
+		set_cause(cause, "%zu stop strings given (limit %d)", n_stop,
+		    ENGINE_MAX_STOPS);
+		return (-1);
+	}
+	for (i = 0; i < n_stop; i++) {
+		if (*stop[i] == '\0' || strlen(stop[i]) > ENGINE_MAX_STOP_LEN) {
+			set_cause(cause, "stop string %zu must be 1 to %d bytes",
+			    i + 1, ENGINE_MAX_STOP_LEN);
+			return (-1);
+		}
+	}
+	if (has_top && top > SAMPLER_TOP_LOGPROBS_MAX) {
+		set_cause(cause, "top_logprobs %u is over the limit of %d", top,
+		    SAMPLER_TOP_LOGPROBS_MAX);
+		return (-1);
+	}
+	return (0);
+}
+
+/* Check a prompt text's size and encoding; -1 and *cause if refused. */
+int
+gen_check_prompt(const char *prompt, char **cause)
+{
+	size_t	len = strlen(prompt), bad;
+
+	if (len > GEN_PROMPT_MAX_BYTES) {
+		set_cause(cause, "prompt of %zu bytes is over the limit of %u",
+		    len, GEN_PROMPT_MAX_BYTES);
+		return (-1);
+	}
+	if ((bad = utf8_first_invalid(prompt, len)) != (size_t)-1) {
+		set_cause(cause, "prompt is not valid UTF-8: byte 0x%02x at "
+		    "offset %zu", (unsigned char)prompt[bad], bad);
+		return (-1);
+	}
+	return (0);
+}
+
+/*
  * Check a request's stop strings and log probability count and put them
  * in eg; -1 after answering an error.
  */
@@ -250,26 +299,13 @@ int
 gen_options(struct conn *c, uint64_t req_id, char **stop, size_t n_stop,
     int logprobs, int has_top, uint32_t top, struct engine_gen *eg)
 {
-	size_t	i;
+	size_t	 i;
+	char	*cause = NULL;
 
-	if (n_stop > ENGINE_MAX_STOPS) {
+	if (gen_check_options(stop, n_stop, has_top, top, &cause) != 0) {
 		conn_send_error(c, req_id, PHASED__ERROR_CODE__ERR_INVALID,
-		    "%zu stop strings given (limit %d)", n_stop,
-		    ENGINE_MAX_STOPS);
-		return (-1);
-	}
-	for (i = 0; i < n_stop; i++) {
-		if (*stop[i] == '\0' || strlen(stop[i]) > ENGINE_MAX_STOP_LEN) {
-			conn_send_error(c, req_id,
-			    PHASED__ERROR_CODE__ERR_INVALID, "stop string %zu "
-			    "must be 1 to %d bytes", i + 1, ENGINE_MAX_STOP_LEN);
-			return (-1);
-		}
-	}
-	if (has_top && top > SAMPLER_TOP_LOGPROBS_MAX) {
-		conn_send_error(c, req_id, PHASED__ERROR_CODE__ERR_INVALID,
-		    "top_logprobs %u is over the limit of %d", top,
-		    SAMPLER_TOP_LOGPROBS_MAX);
+		    "%s", cause);
+		free(cause);
 		return (-1);
 	}
 	for (i = 0; i < n_stop; i++)
@@ -359,7 +395,7 @@ req_generate(struct conn *c, Phased__Request *req)
 	struct engine_gen	 eg;
 	struct tokenizer	*tok;
 	int32_t			*ids = NULL;
-	size_t			 n_ids = 0, bad;
+	size_t			 n_ids = 0;
 	int			 add_bos;
 	char			*cause = NULL;
 
@@ -376,20 +412,11 @@ req_generate(struct conn *c, Phased__Request *req)
 		memcpy(ids, gr->prompt_tokens, gr->n_prompt_tokens * sizeof *ids);
 		n_ids = gr->n_prompt_tokens;
 	} else {
-		if (strlen(gr->prompt) > GEN_PROMPT_MAX_BYTES) {
-			conn_send_error(c, req->id,
-			    PHASED__ERROR_CODE__ERR_INVALID, "prompt of %zu "
-			    "bytes is over the limit of %u", strlen(gr->prompt),
-			    GEN_PROMPT_MAX_BYTES);
-			return;
-		}
 		add_bos = gr->has_add_bos ? gr->add_bos : tokenizer_add_bos(tok);
-		if ((bad = utf8_first_invalid(gr->prompt,
-		    strlen(gr->prompt))) != (size_t)-1) {
+		if (gen_check_prompt(gr->prompt, &cause) != 0) {
 			conn_send_error(c, req->id,
-			    PHASED__ERROR_CODE__ERR_INVALID, "prompt is not "
-			    "valid UTF-8: byte 0x%02x at offset %zu",
-			    (unsigned char)gr->prompt[bad], bad);
+			    PHASED__ERROR_CODE__ERR_INVALID, "%s", cause);
+			free(cause);
 			return;
 		}
 		if (tokenizer_encode(tok, gr->prompt, strlen(gr->prompt),

@@ -78,6 +78,8 @@ strbuf_reserve(struct strbuf *sb, size_t more)
 		cap *= 2;
 	sb->buf = xreallocarray(sb->buf, cap, 1);
 	sb->cap = cap;
+	/* A buffer is a string as soon as it has memory, appended to or not. */
+	sb->buf[sb->len] = '\0';
 }
 
 /* Append n bytes. */

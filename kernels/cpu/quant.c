@@ -5,6 +5,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "log.h"
 #include "quant.h"
@@ -1005,6 +1008,17 @@ quant_bf16_dot_supported(void)
 #endif
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* Whether the CPU has F16C; clang's __builtin_cpu_supports has no "f16c". */
+static int
+cpu_has_f16c(void)
+{
+	unsigned int	a, b, c, d;
+
+	return (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0);
+}
+#endif
+
 /* Whether the CPU (and OS) can run a variant. */
 int
 quant_isa_supported(int isa)
@@ -1015,7 +1029,7 @@ quant_isa_supported(int isa)
 #if defined(__x86_64__) || defined(__i386__)
 	case QUANT_ISA_AVX2:
 		return (__builtin_cpu_supports("avx2") &&
-		    __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"));
+		    __builtin_cpu_supports("fma") && cpu_has_f16c());
 	case QUANT_ISA_AVX512:
 		return (quant_isa_supported(QUANT_ISA_AVX2) &&
 		    __builtin_cpu_supports("avx512f") &&

@@ -133,6 +133,17 @@ try:
     ok(rnd.get("text") == "<|im_start|>system\nBe kind<|im_end|>\n"
        "<|im_start|>user\n" + like + "<|im_end|>\n<|im_start|>assistant\n",
        "render gives the ChatML text", out + err)
+    # No messages and no generation prompt: "" (the reply once carried
+    # whatever the heap held after the render's reserved buffer).
+    for _ in range(3):
+        c = Client(d.sock)
+        r = c.call(7, 34, field_bytes(1, "a") + field_varint(3, 0))
+        c.close()
+        txt = decode(r[34][0]).get(1, [None])[0] if r and 34 in r else None
+        if txt != b"":
+            break
+    ok(txt == b"", "render of no messages without the generation prompt "
+       "is the empty text", repr(r))
     ptoks = rnd.get("tokens", [])
     ok(ptoks[:1] == [1] and ptoks.count(1) == 1,
        "rendered prompt starts with exactly one BOS", str(ptoks[:4]))

@@ -147,6 +147,27 @@ test_details(void)
 	ok(got != NULL && strcmp(got, "<|im_start|>assistant\n") == 0,
 	    "chatml: no messages is just the generation prompt");
 	free(got);
+	/*
+	 * No messages and no generation prompt: an empty string, not the
+	 * unterminated buffer the first reservation left (fuzz-frame found
+	 * it through a render request; the heap was sent to the client).
+	 * Dirty a freed chunk first so that a reused one shows the bug
+	 * without a sanitizer too.
+	 */
+	{
+		char	*dirty = malloc(256);
+		size_t	 k;
+
+		memset(dirty, 'x', 256);
+		free(dirty);
+		for (k = 0; k < 4; k++) {
+			got = chat_render(chat_template_by_name(k % 2 ? "llama3" :
+			    "chatml"), conv, 0, 0, &cause);
+			ok(got != NULL && got[0] == '\0', "no messages and no "
+			    "generation prompt render as \"\" (%zu)", k);
+			free(got);
+		}
+	}
 	ok(strcmp(chat_template_stops(t)[0], "<|im_end|>") == 0 &&
 	    chat_template_stops(t)[1] == NULL, "chatml ends at <|im_end|>");
 	ok(strcmp(chat_template_stops(chat_template_by_name("llama3"))[0],
