@@ -69,6 +69,8 @@ struct ereq {
 	uint32_t		 cached_tokens;	/* reused from the prefix cache */
 	uint32_t		 first_cached;	/* at its first admission */
 	int			 admitted;	/* admitted at least once */
+	int32_t			 priority;	/* for the policy (policy.h) */
+	uint32_t		 uid, weight;
 };
 TAILQ_HEAD(ereq_list, ereq);
 
@@ -170,6 +172,9 @@ view_request(const struct ereq *r, struct phased_request *v, uint32_t cached)
 		v->cached_tokens = cached;
 	} else
 		v->cached_tokens = r->cached_tokens;
+	v->priority = r->priority;
+	v->uid = r->uid;
+	v->weight = r->weight;
 }
 
 /* Emit an event to the control thread. */
@@ -1076,6 +1081,11 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 		set_cause(cause, "max_tokens must be at least 1");
 		return (0);
 	}
+	if (gen->priority < -1000 || gen->priority > 1000) {
+		set_cause(cause, "priority %d is out of range -1000..1000",
+		    (int)gen->priority);
+		return (0);
+	}
 	if (sampler_params_check(&gen->sp, &why) != 0) {
 		set_cause(cause, "%s", why);
 		free(why);
@@ -1096,6 +1106,9 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	for (j = 0; j < gen->n_eog_ids && j < ENGINE_MAX_EOG; j++)
 		r->eog_ids[r->n_eog_ids++] = gen->eog_ids[j];
 	r->eog_stop = gen->eog_stop;
+	r->priority = gen->priority;
+	r->uid = gen->uid;
+	r->weight = gen->weight != 0 ? gen->weight : 1;
 	r->owner = owner;
 	r->state = PHASED_REQ_WAITING;
 	r->group = -1;

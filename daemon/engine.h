@@ -60,6 +60,9 @@ struct engine_gen {
 	int			 eog_stop;
 	int			 logprobs;	/* report each token's log prob */
 	int			 top_logprobs;	/* and of the N likeliest */
+	int32_t			 priority;	/* -1000..1000, lower first */
+	uint32_t		 uid;		/* the user it is served for */
+	uint32_t		 weight;	/* that user's weight, 0: 1 */
 };
 
 /* Kinds of events the engine sends the control thread. */

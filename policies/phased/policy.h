@@ -58,9 +58,10 @@ extern "C" {
  * Fields added within ABI version 1 in words that were reserved (zero for
  * older daemons, NULL for older plugins): 1 = phased_request.cached_tokens;
  * 2 = phased_view.abi_minor, the plan's report (chunk_tokens, predicted_ns,
- * target_ns) and the optional reconfigure op.
+ * target_ns) and the optional reconfigure op; 3 = phased_request.priority,
+ * uid and weight.
  */
-#define PHASED_POLICY_ABI_MINOR		2u
+#define PHASED_POLICY_ABI_MINOR		3u
 /* The one symbol a plugin exports. */
 #define PHASED_POLICY_SYMBOL		"phased_policy_entry"
 
@@ -104,9 +105,21 @@ struct phased_request {
 	 * built before it still load and simply never read it.
 	 */
 	uint32_t	cached_tokens;
-	uint32_t	reserved32;
-	uint64_t	reserved[3];
+	/*
+	 * ABI minor 3: the request's priority as the client gave it
+	 * (-1000..1000, lower is more urgent, like nice(1); default 0), the
+	 * user it is served for (the peer's uid on a Unix socket;
+	 * PHASED_UID_NETWORK for HTTP over TCP) and that user's weight from
+	 * phased.conf (user-weight; 1 when not configured).
+	 */
+	int32_t		priority;
+	uint32_t	uid;
+	uint32_t	weight;
+	uint64_t	reserved[2];
 };
+
+/* The user of requests that came over TCP (no peer credentials). */
+#define PHASED_UID_NETWORK	0xfffffffeu
 
 /* A device group: one or more devices that run one engine loop. */
 struct phased_group {
