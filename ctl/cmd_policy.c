@@ -94,7 +94,12 @@ cmd_policy_show(struct ctl *ctl, int argc, char **argv)
 			    s->target_us / 1e3, s->predicted_us / 1e3);
 		if (s->has_measured_us)
 			printf(",\"measured_ms\":%.3f", s->measured_us / 1e3);
-		printf("}\n");
+		printf(",\"notices\":[");
+		for (i = 0; i < s->n_notices; i++) {
+			printf("%s", i ? "," : "");
+			json_str(stdout, s->notices[i]);
+		}
+		printf("]}\n");
 		goto out;
 	}
 	printf("model %s: policy %s", s->model, s->policy);
@@ -117,6 +122,8 @@ cmd_policy_show(struct ctl *ctl, int argc, char **argv)
 		    s->measured_us / 1e3);
 	if (s->has_chunk_tokens || s->has_measured_us)
 		printf("\n");
+	for (i = 0; i < s->n_notices; i++)
+		printf("notice: %s\n", s->notices[i]);
 out:
 	phased_response_free(r);
 	return (rc);

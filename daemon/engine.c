@@ -99,6 +99,7 @@ struct egroup {
 	struct wait_entry	*wpref;		/* the batch's prefill entries */
 	size_t			 vcap;
 	uint32_t		 rep_chunk;	/* the plan's report (policy.h) */
+	uint32_t		 rep_notices;
 	uint64_t		 rep_pred_ns, rep_target_ns;
 };
 
@@ -664,6 +665,7 @@ record_iteration(struct engine *e, struct egroup *g, uint64_t start,
 	inst_metrics_iteration(&e->metrics, &s, g->gaps, ngaps);
 	/* What the policy aimed at next to what the iteration took. */
 	e->prep.chunk_tokens = g->rep_chunk;
+	e->prep.notices = g->rep_notices;
 	e->prep.predicted_ns = g->rep_pred_ns;
 	e->prep.target_ns = g->rep_target_ns;
 	e->prep.measured_ns = end - start;
@@ -800,6 +802,7 @@ group_main(void *arg)
 		if (po == PGUARD_EJECTED)
 			inst_metrics_count(&e->metrics, CNT_POLICY_EJECTIONS, 1);
 		g->rep_chunk = po == PGUARD_POLICY ? p.chunk_tokens : 0;
+		g->rep_notices = po == PGUARD_POLICY ? p.notices : 0;
 		g->rep_pred_ns = po == PGUARD_POLICY ? p.predicted_ns : 0;
 		g->rep_target_ns = po == PGUARD_POLICY ? p.target_ns : 0;
 		moved = apply_moves(e, g, &p);

@@ -154,6 +154,7 @@ void		 engine_release(struct engine *);
 /* What the policy aimed at in the last iteration, and what it took. */
 struct engine_policy_report {
 	uint32_t	 chunk_tokens;	/* 0: not reported */
+	uint32_t	 notices;	/* PHASED_NOTICE_* */
 	int		 group;
 	uint64_t	 predicted_ns, target_ns, measured_ns;
 };

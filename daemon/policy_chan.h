@@ -73,6 +73,7 @@ struct pchan_hdr {
 	uint32_t		replaced;	/* the plugin replaced arrays or capacities */
 	/* The plan's report (ABI minor 2), written by the host. */
 	uint32_t		chunk_tokens;
+	uint32_t		notices;
 	uint64_t		predicted_ns;
 	uint64_t		target_ns;
 	char			err[PCHAN_ERRLEN];

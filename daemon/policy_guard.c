@@ -511,7 +511,7 @@ host_schedule(struct guarded *p, const struct phased_view *v,
 	    h->view.n_reqs * sizeof *v->reqs);
 	h->swap_in = 1;
 	h->n_entries = h->n_preempt = h->n_migrations = 0;
-	h->chunk_tokens = 0;
+	h->chunk_tokens = h->notices = 0;
 	h->predicted_ns = h->target_ns = 0;
 	if (host_call(p, PCHAN_OP_SCHEDULE, deadline_ms) != 0)
 		return (-1);
@@ -547,6 +547,7 @@ host_schedule(struct guarded *p, const struct phased_view *v,
 	plan->n_migrations = nm;
 	/* Figures for display only: nothing is computed from them. */
 	plan->chunk_tokens = h->chunk_tokens;
+	plan->notices = h->notices;
 	plan->predicted_ns = h->predicted_ns;
 	plan->target_ns = h->target_ns;
 	return (0);

@@ -268,6 +268,7 @@ op_schedule(void)
 	hdr->n_preempt = p.n_preempt;
 	hdr->n_migrations = p.n_migrations;
 	hdr->chunk_tokens = p.chunk_tokens;
+	hdr->notices = p.notices;
 	hdr->predicted_ns = p.predicted_ns;
 	hdr->target_ns = p.target_ns;
 	if (rc != 0)

@@ -75,6 +75,15 @@ ready_model(struct conn *c, uint64_t id, const char *name)
 	return (in);
 }
 
+/* What each PHASED_NOTICE_* bit says, in bit order. */
+static const char *const notice_text[] = {
+	"ttft target missed: a prompt is queued behind those that can still "
+	    "meet theirs",
+	"tbt target missed: the decodes alone exceed it",
+	"lower-class decodes preempted to hold the tbt target",
+	"admission held: waiting requests would break the tbt target",
+};
+
 /* Show a model's policy, parameters and counters. */
 static void
 req_policy_show(struct conn *c, Phased__Request *req)
@@ -84,7 +93,8 @@ req_policy_show(struct conn *c, Phased__Request *req)
 	struct instance			*in;
 	struct engine_policy_info	 pi;
 	char				*params[64], *copy, *tok, *save = NULL;
-	size_t				 n = 0;
+	char				*notices[8];
+	size_t				 n = 0, i, nn = 0;
 
 	if ((in = ready_model(c, req->id, req->policy_show->model)) == NULL)
 		return;
@@ -102,6 +112,11 @@ req_policy_show(struct conn *c, Phased__Request *req)
 	ps.swaps = pi.swaps;
 	ps.last_error = pi.last_error[0] != '\0' ? pi.last_error : NULL;
 	ps.ejected = pi.ejected[0] != '\0' ? pi.ejected : NULL;
+	for (i = 0; i < sizeof notice_text / sizeof notice_text[0]; i++)
+		if (pi.report.notices & (1u << i))
+			notices[nn++] = (char *)notice_text[i];
+	ps.n_notices = nn;
+	ps.notices = notices;
 	if (pi.report.measured_ns != 0) {
 		ps.has_measured_us = 1;
 		ps.measured_us = pi.report.measured_ns / 1000;

@@ -41,6 +41,13 @@ PL_HIDDEN uint32_t pl_decodes(const struct phased_view *, struct phased_plan *,
 /* Plan prefill work in arrival order, at most `limit` tokens. */
 PL_HIDDEN uint32_t pl_prefill(const struct phased_view *, struct phased_plan *,
 		    struct pl_budget *, uint32_t limit, enum pl_prefill_mode);
+/*
+ * Plan prefill chunks for the request indices ord[0..n) in that order, at
+ * most `limit` tokens (as PL_CHUNK, the KV rules of pl_prefill()).
+ */
+PL_HIDDEN uint32_t pl_prefill_in_order(const struct phased_view *,
+		    struct phased_plan *, struct pl_budget *, uint32_t limit,
+		    const uint32_t *ord, uint32_t n);
 /* Parse order=shortest|arrival into a chunking mode; -1 and err on failure. */
 PL_HIDDEN int	 pl_param_order(const struct phased_param *,
 		    enum pl_prefill_mode *, char *err, size_t errlen);

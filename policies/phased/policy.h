@@ -59,9 +59,9 @@ extern "C" {
  * older daemons, NULL for older plugins): 1 = phased_request.cached_tokens;
  * 2 = phased_view.abi_minor, the plan's report (chunk_tokens, predicted_ns,
  * target_ns) and the optional reconfigure op; 3 = phased_request.priority,
- * uid and weight.
+ * uid and weight; 4 = phased_plan.notices.
  */
-#define PHASED_POLICY_ABI_MINOR		3u
+#define PHASED_POLICY_ABI_MINOR		4u
 /* The one symbol a plugin exports. */
 #define PHASED_POLICY_SYMBOL		"phased_policy_entry"
 
@@ -169,6 +169,21 @@ struct phased_view {
 	uint64_t	 reserved[5];
 };
 
+/*
+ * Why a latency policy cannot meet its targets this iteration, reported in
+ * phased_plan.notices (ABI minor 4) and shown by `phasectl policy show'.
+ */
+#define PHASED_NOTICE_TTFT_LATE		0x1u	/* a prompt can no longer meet
+						   its TTFT target: queued
+						   behind those that can */
+#define PHASED_NOTICE_TBT_OVER		0x2u	/* the decodes alone exceed the
+						   TBT target */
+#define PHASED_NOTICE_PREEMPTED		0x4u	/* lower-class decodes preempted
+						   to hold the TBT target */
+#define PHASED_NOTICE_ADMISSION_HELD	0x8u	/* waiting requests held back:
+						   admitting them would break
+						   the TBT target */
+
 /* Run n_tokens of request id on group this iteration. */
 struct phased_plan_entry {
 	uint64_t	id;
@@ -206,7 +221,7 @@ struct phased_plan {
 	 * before every call.
 	 */
 	uint32_t	 chunk_tokens;	/* prefill tokens it allowed this iteration */
-	uint32_t	 reserved32;
+	uint32_t	 notices;	/* minor 4: PHASED_NOTICE_* bits */
 	uint64_t	 predicted_ns;	/* its forecast of this iteration's time */
 	uint64_t	 target_ns;	/* the iteration time it aims to stay under */
 	uint64_t	 reserved[1];

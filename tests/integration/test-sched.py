@@ -6,7 +6,8 @@ running policy (no swap, state kept), refuses bad values and keeps the old
 ones; another name loads afresh.  With and without policy isolation.  Then
 a request's priority, its user (the peer's uid; "network" over TCP) and
 that user's weight from user-weight reach the policy's view, from phasectl
-and from both HTTP APIs; fair-share serves through the daemon."""
+and from both HTTP APIs; fair-share and slo serve through the daemon, and
+slo's notices reach policy show."""
 
 import http.client
 import json
@@ -186,6 +187,19 @@ ok(all(len(t) == 24 for t, f in res) and res[1][0] == solo,
 rc, out, err = d.ctl("policy", "set", "stories", "fair-share", "quantum=8")
 ok(rc == 0 and "reconfigured" in out, "fair-share reconfigures in place",
    out + err)
+
+# slo: a TTFT target no prompt can meet is reported, not hidden.
+rc, out, err = d.ctl("policy", "set", "stories", "slo", "ttft_ms=0.1")
+ok(rc == 0, "policy set slo ttft_ms=0.1", err)
+rc, out, err = d.ctl("generate", "stories", "--max-tokens", "1", "Once upon")
+ok(rc == 0, "a one-token generation under slo", err)
+ps = show(d)
+ok(any("ttft target missed" in n for n in ps.get("notices", [])),
+   "policy show says the TTFT target was missed", ps)
+rc, out, err = d.ctl("policy", "show", "stories")
+ok("notice: ttft target missed" in out, "and in text", out)
+res = gen_many(d, "stories", PROMPTS, ["--max-tokens", "24", "--temp", "0"])
+ok(res[1][0] == solo, "slo: concurrent generations give the solo tokens")
 d.stop()
 d.cleanup()
 

@@ -47,7 +47,7 @@ static void
 test_load_all(void)
 {
 	static const char *names[] = { "fcfs", "decode-reserved",
-	    "chunked-prefill", "disaggregated", "example", "fair-share" };
+	    "chunked-prefill", "disaggregated", "example", "fair-share", "slo" };
 	struct policy	*pol;
 	char		*cause = NULL;
 	size_t		 i;
