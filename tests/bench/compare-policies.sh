@@ -82,7 +82,7 @@ long=700
 chat_out=64
 bench_args="--scenario interference --chats 2 --chat-output $chat_out \
     --chat-prompt-len 16 --long-prompt-len $long --long-output 4 \
-    --long-every $every --long-count 1"
+    --long-every $every --long-count 1 --slo-ttft-ms 10000 --slo-tbt-ms 150"
 
 # label|load options (the model is loaded afresh for each run)
 policies="fcfs|policy=fcfs
@@ -92,7 +92,8 @@ chunked-prefill-auto|policy=chunked-prefill policy.tbt_target_ms=TARGET policy.m
 disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1
 chunked-prefill|policy=chunked-prefill
 decode-reserved-auto|policy=decode-reserved
-chunked-prefill-slo|policy=chunked-prefill policy.tbt_p99_ms=150 policy.ttft_ms=10000"
+chunked-prefill-slo|policy=chunked-prefill policy.tbt_p99_ms=150 policy.ttft_ms=10000
+slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000"
 
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 commit=$(git -C "$here" log -1 --format='%h %cd' --date=iso 2>/dev/null || true)
