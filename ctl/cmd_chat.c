@@ -19,7 +19,7 @@
 static const char chat_usage[] = "usage: phasectl chat NAME "
     "[--system TEXT] [-m MESSAGE] [--max-tokens N] [--temp T] [--top-k K] "
     "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] "
-    "[--stop STR]... [--deadline-ms N] [--logprobs N]";
+    "[--stop STR]... [--deadline-ms N] [--priority N] [--logprobs N]";
 static const char render_usage[] = "usage: phasectl render NAME "
     "[--system TEXT] [--no-generation-prompt] MESSAGE...";
 
@@ -105,6 +105,9 @@ chat_option(const char *o, const char *v, Phased__ChatRequest *cr,
 	} else if (strcmp(o, "--deadline-ms") == 0) {
 		cr->has_deadline_ms = 1;
 		cr->deadline_ms = (uint32_t)ctl_num(o, v, 1, 86400000);
+	} else if (strcmp(o, "--priority") == 0) {
+		cr->has_priority = 1;
+		cr->priority = (int32_t)ctl_num(o, v, -1000, 1000);
 	} else if (strcmp(o, "--logprobs") == 0) {
 		cr->has_logprobs = cr->logprobs = 1;
 		cr->has_top_logprobs = 1;

@@ -14,7 +14,7 @@
 static const char gen_usage[] = "usage: phasectl generate NAME "
     "[--max-tokens N] [--temp T] [--top-k K] [--top-p P] [--min-p P] "
     "[--repeat-penalty R] [--seed S] [--stop STR]... [--deadline-ms N] "
-    "[--no-bos] [--logprobs N] PROMPT";
+    "[--priority N] [--no-bos] [--logprobs N] PROMPT";
 
 /* The wait breakdown of a Done as JSON members, when the daemon sent one. */
 static void
@@ -121,6 +121,10 @@ cmd_generate(struct ctl *ctl, int argc, char **argv)
 			gr.has_deadline_ms = 1;
 			gr.deadline_ms = (uint32_t)ctl_num(o, argv[++i], 1,
 			    86400000);
+		} else if (strcmp(o, "--priority") == 0) {
+			gr.has_priority = 1;
+			gr.priority = (int32_t)ctl_num(o, argv[++i], -1000,
+			    1000);
 		} else if (strcmp(o, "--logprobs") == 0) {
 			gr.has_logprobs = gr.logprobs = 1;
 			gr.has_top_logprobs = 1;

@@ -88,7 +88,18 @@ cmd_policy_show(struct ctl *ctl, int argc, char **argv)
 		json_str(stdout, s->last_error);
 		printf(",\"ejected\":");
 		json_str(stdout, s->ejected);
-		printf("}\n");
+		if (s->has_chunk_tokens)
+			printf(",\"chunk_tokens\":%u,\"target_ms\":%.3f,"
+			    "\"predicted_ms\":%.3f", s->chunk_tokens,
+			    s->target_us / 1e3, s->predicted_us / 1e3);
+		if (s->has_measured_us)
+			printf(",\"measured_ms\":%.3f", s->measured_us / 1e3);
+		printf(",\"notices\":[");
+		for (i = 0; i < s->n_notices; i++) {
+			printf("%s", i ? "," : "");
+			json_str(stdout, s->notices[i]);
+		}
+		printf("]}\n");
 		goto out;
 	}
 	printf("model %s: policy %s", s->model, s->policy);
@@ -100,6 +111,19 @@ cmd_policy_show(struct ctl *ctl, int argc, char **argv)
 		printf("last plan error: %s\n", s->last_error);
 	if (s->ejected != NULL)
 		printf("%s\n", s->ejected);
+	if (s->has_chunk_tokens)
+		printf("last iteration: chunk %u tokens, target %.1f ms, "
+		    "predicted %.1f ms", s->chunk_tokens, s->target_us / 1e3,
+		    s->predicted_us / 1e3);
+	else if (s->has_measured_us)
+		printf("last iteration:");
+	if (s->has_measured_us)
+		printf("%s measured %.1f ms", s->has_chunk_tokens ? "," : "",
+		    s->measured_us / 1e3);
+	if (s->has_chunk_tokens || s->has_measured_us)
+		printf("\n");
+	for (i = 0; i < s->n_notices; i++)
+		printf("notice: %s\n", s->notices[i]);
 out:
 	phased_response_free(r);
 	return (rc);

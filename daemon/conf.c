@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <errno.h>
 #include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +78,20 @@ config_free(struct phased_config *c)
 		free(c->models[i].options);
 	}
 	free(c->models);
+	free(c->weights);
 	memset(c, 0, sizeof *c);
+}
+
+/* The user-weight of uid, 1 when none is configured. */
+uint32_t
+config_user_weight(const struct phased_config *c, uint32_t uid)
+{
+	int	i;
+
+	for (i = 0; i < c->n_weights; i++)
+		if (c->weights[i].uid == uid)
+			return (c->weights[i].weight);
+	return (1);
 }
 
 /* Split one line into words; quotes group, backslash escapes, # comments. */
@@ -410,6 +424,56 @@ apply_model(struct config_line *l, struct phased_config *c, char **cause)
 	return (0);
 }
 
+/* A user-weight line: a user (name, uid or "network") and 1..1000. */
+static int
+apply_user_weight(struct config_line *l, struct phased_config *c,
+    char **cause)
+{
+	struct passwd	*pw;
+	long long	 w;
+	uint32_t	 uid;
+	char		*end, *why = NULL;
+	unsigned long	 v;
+	int		 i;
+
+	if (l->n != 3) {
+		set_cause(cause, "%s:%d: user-weight takes a user and a weight",
+		    l->file, l->line);
+		return (-1);
+	}
+	errno = 0;
+	if (strcmp(l->words[1], "network") == 0)
+		uid = 0xfffffffeu;	/* PHASED_UID_NETWORK */
+	else if ((pw = getpwnam(l->words[1])) != NULL)
+		uid = (uint32_t)pw->pw_uid;
+	else if ((v = strtoul(l->words[1], &end, 10)) < 0xfffffffeul &&
+	    *end == '\0' && errno == 0 && l->words[1][0] >= '0' &&
+	    l->words[1][0] <= '9')
+		uid = (uint32_t)v;
+	else {
+		set_cause(cause, "%s:%d: user-weight: unknown user '%s'",
+		    l->file, l->line, l->words[1]);
+		return (-1);
+	}
+	if (parse_int(l->words[2], 1, 1000, &w, "user-weight", &why) != 0) {
+		set_cause(cause, "%s:%d: %s", l->file, l->line, why);
+		free(why);
+		return (-1);
+	}
+	for (i = 0; i < c->n_weights; i++) {
+		if (c->weights[i].uid == uid) {
+			c->weights[i].weight = (uint32_t)w;
+			return (0);
+		}
+	}
+	c->weights = xreallocarray(c->weights, c->n_weights + 1,
+	    sizeof *c->weights);
+	c->weights[c->n_weights].uid = uid;
+	c->weights[c->n_weights].weight = (uint32_t)w;
+	c->n_weights++;
+	return (0);
+}
+
 /* Apply one parsed line to the configuration. */
 static int
 apply_line(struct config_line *l, struct phased_config *c, char **cause)
@@ -420,6 +484,8 @@ apply_line(struct config_line *l, struct phased_config *c, char **cause)
 
 	if (strcmp(l->words[0], "model") == 0)
 		return (apply_model(l, c, cause));
+	if (strcmp(l->words[0], "user-weight") == 0)
+		return (apply_user_weight(l, c, cause));
 	for (i = 0; i < sizeof conf_keys / sizeof conf_keys[0]; i++) {
 		if (strcmp(l->words[0], conf_keys[i].name) == 0)
 			k = &conf_keys[i];

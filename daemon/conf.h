@@ -14,6 +14,12 @@ struct config_model {
 	int	  line;
 };
 
+/* A user-weight line: the share of a user under fair scheduling. */
+struct config_weight {
+	uint32_t uid;		/* PHASED_UID_NETWORK: HTTP over TCP */
+	uint32_t weight;	/* 1..1000 */
+};
+
 struct phased_config {
 	char		*path;		/* the file it came from, or NULL */
 	char		*socket;
@@ -44,6 +50,8 @@ struct phased_config {
 	char		*policy_host;	/* NULL: found next to phased */
 	struct config_model *models;
 	int		 n_models;
+	struct config_weight *weights;	/* user-weight lines */
+	int		 n_weights;
 };
 
 /* Fill a configuration with the built-in defaults. */
@@ -52,5 +60,7 @@ void	 config_defaults(struct phased_config *);
 int	 config_load(const char *path, struct phased_config *, char **cause);
 /* Free everything a configuration holds. */
 void	 config_free(struct phased_config *);
+/* The user-weight of uid, 1 when none is configured. */
+uint32_t config_user_weight(const struct phased_config *, uint32_t uid);
 
 #endif

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "engine.h"
@@ -68,6 +69,8 @@ struct ereq {
 	uint32_t		 cached_tokens;	/* reused from the prefix cache */
 	uint32_t		 first_cached;	/* at its first admission */
 	int			 admitted;	/* admitted at least once */
+	int32_t			 priority;	/* for the policy (policy.h) */
+	uint32_t		 uid, weight;
 };
 TAILQ_HEAD(ereq_list, ereq);
 
@@ -97,6 +100,9 @@ struct egroup {
 	size_t			 vcap;
 	uint64_t		 decode_others_ns; /* this iteration's, decoders' */
 	size_t			 nwpref;	/* entries in wpref */
+	uint32_t		 rep_chunk;	/* the plan's report (policy.h) */
+	uint32_t		 rep_notices;
+	uint64_t		 rep_pred_ns, rep_target_ns;
 };
 
 struct engine {
@@ -123,6 +129,8 @@ struct engine {
 	struct trace		 trace;
 	int			 eos_is_eog;
 	struct wait_model	 wmodel;	/* iteration cost, all groups */
+	struct engine_policy_report prep; /* the last planned iteration's */
+	int			 holds;		/* engine_hold() by other threads */
 };
 
 /* Lock the engine. */
@@ -167,6 +175,9 @@ view_request(const struct ereq *r, struct phased_request *v, uint32_t cached)
 		v->cached_tokens = cached;
 	} else
 		v->cached_tokens = r->cached_tokens;
+	v->priority = r->priority;
+	v->uid = r->uid;
+	v->weight = r->weight;
 }
 
 /* Emit an event to the control thread. */
@@ -338,6 +349,7 @@ build_view(struct engine *e, struct egroup *g, struct phased_view *v)
 	v->hist = g->hist;
 	v->now_ns = now_ns();
 	v->iteration = g->iteration;
+	v->abi_minor = PHASED_POLICY_ABI_MINOR;
 }
 
 /* Move a request's KV from its group to group `to`.  Lock held. */
@@ -658,6 +670,19 @@ record_iteration(struct engine *e, struct egroup *g, uint64_t start,
 	s.decode_others_ns = g->decode_others_ns;
 	g->decode_others_ns = 0;
 	inst_metrics_iteration(&e->metrics, &s, g->gaps, ngaps);
+	/* What the policy aimed at next to what the iteration took. */
+	e->prep.chunk_tokens = g->rep_chunk;
+	e->prep.notices = g->rep_notices;
+	e->prep.predicted_ns = g->rep_pred_ns;
+	e->prep.target_ns = g->rep_target_ns;
+	e->prep.measured_ns = end - start;
+	e->prep.group = g->index;
+	inst_metrics_set(&e->metrics, CNT_POLICY_CHUNK_TOKENS, g->rep_chunk);
+	inst_metrics_set(&e->metrics, CNT_POLICY_TARGET_US,
+	    g->rep_target_ns / 1000);
+	inst_metrics_set(&e->metrics, CNT_POLICY_PREDICTED_US,
+	    g->rep_pred_ns / 1000);
+	inst_metrics_set(&e->metrics, CNT_ITER_MEASURED_US, (end - start) / 1000);
 	if (trace_active(&e->trace)) {
 		memset(&ti, 0, sizeof ti);
 		ti.start = start;
@@ -791,6 +816,10 @@ group_main(void *arg)
 			inst_metrics_count(&e->metrics, CNT_PLAN_ERRORS, 1);
 		if (po == PGUARD_EJECTED)
 			inst_metrics_count(&e->metrics, CNT_POLICY_EJECTIONS, 1);
+		g->rep_chunk = po == PGUARD_POLICY ? p.chunk_tokens : 0;
+		g->rep_notices = po == PGUARD_POLICY ? p.notices : 0;
+		g->rep_pred_ns = po == PGUARD_POLICY ? p.predicted_ns : 0;
+		g->rep_target_ns = po == PGUARD_POLICY ? p.target_ns : 0;
 		moved = apply_moves(e, g, &p);
 		start = now_ns();
 		nb = build_batch(e, g, &p, start, &prefill, &decode);
@@ -1010,6 +1039,9 @@ engine_destroy(struct engine *e, const char *why)
 {
 	int	i;
 
+	/* A policy reconfigure in progress ends within its deadline. */
+	while (__atomic_load_n(&e->holds, __ATOMIC_ACQUIRE) > 0)
+		usleep(1000);
 	elock(e);
 	e->stopping = 1;
 	e->stop_why = xstrdup(why);
@@ -1067,6 +1099,11 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 		set_cause(cause, "max_tokens must be at least 1");
 		return (0);
 	}
+	if (gen->priority < -1000 || gen->priority > 1000) {
+		set_cause(cause, "priority %d is out of range -1000..1000",
+		    (int)gen->priority);
+		return (0);
+	}
 	if (sampler_params_check(&gen->sp, &why) != 0) {
 		set_cause(cause, "%s", why);
 		free(why);
@@ -1087,6 +1124,9 @@ engine_submit(struct engine *e, struct engine_gen *gen, void *owner,
 	for (j = 0; j < gen->n_eog_ids && j < ENGINE_MAX_EOG; j++)
 		r->eog_ids[r->n_eog_ids++] = gen->eog_ids[j];
 	r->eog_stop = gen->eog_stop;
+	r->priority = gen->priority;
+	r->uid = gen->uid;
+	r->weight = gen->weight != 0 ? gen->weight : 1;
 	r->owner = owner;
 	r->state = PHASED_REQ_WAITING;
 	r->group = -1;
@@ -1203,6 +1243,28 @@ engine_set_policy(struct engine *e, const char *plugindir, const char *name,
 	return (0);
 }
 
+/* New params for the active policy when it is NAME, keeping its state. */
+int
+engine_reconfigure_policy(struct engine *e, const char *name, size_t argc,
+    char *const *argv, char **cause)
+{
+	return (pguard_reconfigure(&e->policy, name, argc, argv, cause));
+}
+
+/* Keep the engine from being destroyed while a thread uses it. */
+void
+engine_hold(struct engine *e)
+{
+	__atomic_add_fetch(&e->holds, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Let it go again. */
+void
+engine_release(struct engine *e)
+{
+	__atomic_sub_fetch(&e->holds, 1, __ATOMIC_ACQ_REL);
+}
+
 /* A copy of the policy's name, params and counters (never waits on it). */
 void
 engine_policy_info(struct engine *e, struct engine_policy_info *pi)
@@ -1219,6 +1281,9 @@ engine_policy_info(struct engine *e, struct engine_policy_info *pi)
 	pi->fallbacks = ps.fallbacks;
 	snprintf(pi->last_error, sizeof pi->last_error, "%s", ps.last_error);
 	snprintf(pi->ejected, sizeof pi->ejected, "%s", ps.ejected);
+	elock(e);
+	pi->report = e->prep;
+	eunlock(e);
 }
 
 /* Round-trip percentiles of the policy calls, in ns. */

@@ -60,6 +60,9 @@ struct engine_gen {
 	int			 eog_stop;
 	int			 logprobs;	/* report each token's log prob */
 	int			 top_logprobs;	/* and of the N likeliest */
+	int32_t			 priority;	/* -1000..1000, lower first */
+	uint32_t		 uid;		/* the user it is served for */
+	uint32_t		 weight;	/* that user's weight, 0: 1 */
 };
 
 /* Kinds of events the engine sends the control thread. */
@@ -136,6 +139,25 @@ const struct pguard_conf *engine_policy_conf(struct engine *);
 uint32_t	 engine_policy_cap(const struct engine_config *);
 /* Make a loaded policy (NULL: builtin) active from the next iteration. */
 void		 engine_stage_policy(struct engine *, struct guarded *);
+/*
+ * New params for the active policy when it is NAME, keeping its state
+ * (pguard_reconfigure): 0, 1 (load a fresh one instead) or -1 and cause.
+ * Called from a thread that holds the engine (engine_hold).
+ */
+int		 engine_reconfigure_policy(struct engine *, const char *name,
+		    size_t argc, char *const *argv, char **cause);
+/* Keep the engine from being destroyed while a thread uses it. */
+void		 engine_hold(struct engine *);
+/* Let it go again. */
+void		 engine_release(struct engine *);
+
+/* What the policy aimed at in the last iteration, and what it took. */
+struct engine_policy_report {
+	uint32_t	 chunk_tokens;	/* 0: not reported */
+	uint32_t	 notices;	/* PHASED_NOTICE_* */
+	int		 group;
+	uint64_t	 predicted_ns, target_ns, measured_ns;
+};
 
 /* A copy of the policy's name, params and counters. */
 struct engine_policy_info {
@@ -144,6 +166,7 @@ struct engine_policy_info {
 	uint64_t	 plans, plan_errors, swaps, fallbacks;
 	char		 last_error[256];
 	char		 ejected[320];
+	struct engine_policy_report report;
 };
 void		 engine_policy_info(struct engine *, struct engine_policy_info *);
 /* Round-trip percentiles (ns) of the calls into the policy. */

@@ -376,9 +376,12 @@ peer_of(struct evhttp_request *req, struct http_peer *p)
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ulen) == -1)
 			return (-1);
 		p->admin = conn_peer_admin(uc.uid, uc.gid);
+		p->uid = (uint32_t)uc.uid;
 		return (0);
 	}
 	p->tcp = 1;
+	/* No credentials over TCP: one user, "network" in user-weight. */
+	p->uid = 0xfffffffeu;	/* PHASED_UID_NETWORK */
 	if (phased->conf.http_api_key == NULL)
 		return (0);
 	auth = evhttp_find_header(evhttp_request_get_input_headers(req),

@@ -33,6 +33,7 @@ int	http_busy(void);
 struct http_peer {
 	int	tcp;		/* 0: the Unix socket */
 	int	admin;		/* may load, unload, change keep-alive */
+	uint32_t uid;		/* SO_PEERCRED; PHASED_UID_NETWORK over TCP */
 };
 
 /* Send a JSON reply and drop the reference to body. */
@@ -122,6 +123,8 @@ int	hj_int(json_t *, const char *key, long long lo, long long hi,
 	    long long *out, int *given, char **cause);
 /* stop: a string or an array of strings, into the engine's stops. */
 int	hj_stops(json_t *, const char *key, struct engine_gen *, char **cause);
+/* "priority": -1000..1000, lower first (as vLLM's), into hg's request. */
+int	hj_priority(json_t *, struct hgen *, char **cause);
 /* A keep_alive value: a duration string or seconds. */
 int	hj_keep_alive(json_t *, const char *key, int64_t *ms, int *given,
 	    char **cause);

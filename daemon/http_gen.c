@@ -63,6 +63,7 @@ hgen_new(struct evhttp_request *req, enum hgen_api api,
 	hg->req = req;
 	hg->api = api;
 	hg->peer = *peer;
+	hg->eg.uid = peer->uid;
 	hg->start_ns = now_ns();
 	hg->created = (uint64_t)time(NULL);
 	snprintf(hg->id, sizeof hg->id, "%s-%" PRIx64 "%04" PRIx64,
@@ -707,5 +708,19 @@ hj_keep_alive(json_t *o, const char *key, int64_t *ms, int *given,
 		return (-1);
 	}
 	*given = 1;
+	return (0);
+}
+
+/* "priority": -1000..1000, lower first (as vLLM's), into hg's request. */
+int
+hj_priority(json_t *o, struct hgen *hg, char **cause)
+{
+	long long	x;
+	int		given;
+
+	if (hj_int(o, "priority", -1000, 1000, &x, &given, cause) != 0)
+		return (-1);
+	if (given)
+		hg->eg.priority = (int32_t)x;
 	return (0);
 }

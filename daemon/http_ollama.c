@@ -127,6 +127,7 @@ ollama_params(json_t *o, struct hgen *hg, char **cause)
 	hg->model = xstrdup(model);
 	hg->stream = 1;		/* Ollama streams unless told not to */
 	if (hj_bool(o, "stream", &hg->stream, cause) != 0 ||
+	    hj_priority(o, hg, cause) != 0 ||
 	    hj_bool(o, "raw", &hg->raw, cause) != 0 ||
 	    hj_keep_alive(o, "keep_alive", &hg->keep_alive_ms,
 	    &hg->has_keep_alive, cause) != 0 ||

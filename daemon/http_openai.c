@@ -72,6 +72,7 @@ oai_params(json_t *o, struct hgen *hg, char **cause)
 	}
 	hg->model = xstrdup(model);
 	if (hj_string(o, "user", &user, cause) != 0 ||
+	    hj_priority(o, hg, cause) != 0 ||
 	    hj_bool(o, "stream", &hg->stream, cause) != 0)
 		return (-1);
 	if ((so = json_object_get(o, "stream_options")) != NULL &&

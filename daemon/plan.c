@@ -342,6 +342,10 @@ plan_clear(struct phased_plan *p)
 	p->n_entries = 0;
 	p->n_preempt = 0;
 	p->n_migrations = 0;
+	p->chunk_tokens = 0;
+	p->notices = 0;
+	p->predicted_ns = 0;
+	p->target_ns = 0;
 }
 
 /*

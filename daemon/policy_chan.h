@@ -36,7 +36,8 @@ enum pchan_op {
 	PCHAN_OP_INIT = 2,	/* load, check, init with params in text */
 	PCHAN_OP_SCHEDULE = 3,	/* deliver events, plan the view */
 	PCHAN_OP_EVENTS = 4,	/* deliver events only */
-	PCHAN_OP_FINI = 5	/* on_swap_out (if swapped in), fini, exit */
+	PCHAN_OP_FINI = 5,	/* on_swap_out (if swapped in), fini, exit */
+	PCHAN_OP_RECONFIGURE = 6 /* params in text; status 1: no such op */
 };
 
 /* A notification queued for the plugin. */
@@ -70,6 +71,11 @@ struct pchan_hdr {
 	uint32_t		n_preempt;
 	uint32_t		n_migrations;
 	uint32_t		replaced;	/* the plugin replaced arrays or capacities */
+	/* The plan's report (ABI minor 2), written by the host. */
+	uint32_t		chunk_tokens;
+	uint32_t		notices;
+	uint64_t		predicted_ns;
+	uint64_t		target_ns;
 	char			err[PCHAN_ERRLEN];
 	char			text[PCHAN_TEXTLEN]; /* params in; describe out */
 };

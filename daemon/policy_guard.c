@@ -511,6 +511,8 @@ host_schedule(struct guarded *p, const struct phased_view *v,
 	    h->view.n_reqs * sizeof *v->reqs);
 	h->swap_in = 1;
 	h->n_entries = h->n_preempt = h->n_migrations = 0;
+	h->chunk_tokens = h->notices = 0;
+	h->predicted_ns = h->target_ns = 0;
 	if (host_call(p, PCHAN_OP_SCHEDULE, deadline_ms) != 0)
 		return (-1);
 	/* Read every count once: the host may still be writing. */
@@ -543,6 +545,11 @@ host_schedule(struct guarded *p, const struct phased_view *v,
 	plan->n_entries = ne;
 	plan->n_preempt = np;
 	plan->n_migrations = nm;
+	/* Figures for display only: nothing is computed from them. */
+	plan->chunk_tokens = h->chunk_tokens;
+	plan->notices = h->notices;
+	plan->predicted_ns = h->predicted_ns;
+	plan->target_ns = h->target_ns;
 	return (0);
 }
 
@@ -700,6 +707,74 @@ fallback:
 	pthread_mutex_unlock(&g->mu);
 	pthread_mutex_unlock(&g->call_mu);
 	return (out);
+}
+
+/*
+ * New params for the active policy, between two of its calls (call_mu),
+ * so the plugin never sees a reconfigure during a schedule.
+ */
+int
+pguard_reconfigure(struct policy_guard *g, const char *name, size_t argc,
+    char *const *argv, char **cause)
+{
+	struct guarded	*p;
+	char		 msg[POLICY_ERRLEN], *params;
+	size_t		 i, off = 0, len;
+	int		 rc;
+
+	pthread_mutex_lock(&g->call_mu);
+	pthread_mutex_lock(&g->mu);
+	p = g->pending_set ? NULL : g->active;
+	pthread_mutex_unlock(&g->mu);
+	if (p == NULL || strcmp(p->name, name) != 0) {
+		pthread_mutex_unlock(&g->call_mu);
+		return (1);
+	}
+	if (p->inproc != NULL) {
+		rc = policy_reconfigure(p->inproc, argc, argv, cause);
+		goto done;
+	}
+	for (i = 0; i < argc; i++) {
+		len = strlen(argv[i]) + 1;
+		if (off + len > sizeof p->hdr->text) {
+			set_cause(cause, "policy '%s': parameters longer than "
+			    "%zu bytes", name, sizeof p->hdr->text);
+			pthread_mutex_unlock(&g->call_mu);
+			return (-1);
+		}
+		memcpy(p->hdr->text + off, argv[i], len);
+		off += len;
+	}
+	p->hdr->n_events = (uint32_t)argc;
+	if (host_call(p, PCHAN_OP_RECONFIGURE, PGUARD_MAX_DEADLINE_MS) != 0) {
+		set_cause(cause, "policy '%s': its policy host failed while "
+		    "reconfiguring it: %s", name, p->why);
+		pthread_mutex_lock(&g->mu);
+		g->crashes++;
+		pthread_mutex_unlock(&g->mu);
+		eject(g, "ejected: policy '%s' %s", p->why);
+		pthread_mutex_unlock(&g->call_mu);
+		return (-1);
+	}
+	rc = p->hdr->status;
+	if (rc == -1) {
+		host_text(msg, sizeof msg, p->hdr->err, sizeof p->hdr->err);
+		set_cause(cause, "%s", msg[0] != '\0' ? msg :
+		    "reconfigure failed");
+	} else if (rc != 0 && rc != 1)
+		rc = 1;
+done:
+	if (rc == 0) {
+		params = join_params(argc, argv);
+		pthread_mutex_lock(&g->mu);
+		free(p->params);
+		p->params = params;
+		pthread_mutex_unlock(&g->mu);
+		log_info("policy %s%s%s reconfigured", p->name,
+		    params[0] != '\0' ? " " : "", params);
+	}
+	pthread_mutex_unlock(&g->call_mu);
+	return (rc);
 }
 
 /* A copy of the name, params and counters. */

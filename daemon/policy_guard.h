@@ -94,6 +94,13 @@ uint64_t pguard_take(struct policy_guard *, struct pchan_event **, size_t *);
 enum pguard_outcome pguard_schedule(struct policy_guard *,
 	    const struct phased_view *, struct phased_plan *,
 	    const struct pchan_event *, size_t, uint64_t gen);
+/*
+ * New params for the active policy when it is NAME, keeping its state:
+ * 0 done; 1 when NAME is not the active policy (or a swap is staged) or
+ * it has no reconfigure op (load a fresh one); -1 and cause when refused.
+ */
+int	 pguard_reconfigure(struct policy_guard *, const char *name,
+	    size_t argc, char *const *argv, char **cause);
 /* A copy of the name, params and counters. */
 void	 pguard_stats(struct policy_guard *, struct pguard_stats *);
 /* Round-trip percentiles (ns) of the calls so far; 0 when none. */

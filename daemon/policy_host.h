@@ -63,6 +63,13 @@ void	*policy_dlopen(const char *plugindir, const char *name,
 	    const struct phased_policy **opsp, char **cause);
 /* Fini and unload a policy (after on_swap_out when swapping out). */
 void	 policy_close(struct policy *);
+/*
+ * New key=value params for a loaded policy through its reconfigure op,
+ * keeping its state: 0; 1 when it has no reconfigure op; -1 and cause when
+ * refused (the policy is unchanged).
+ */
+int	 policy_reconfigure(struct policy *, size_t argc, char *const *argv,
+	    char **cause);
 
 /* Initialise a slot on the built-in fcfs. */
 void	 policy_slot_init(struct policy_slot *);

@@ -190,6 +190,25 @@ op_init(const char *dir, const char *name)
 	return (0);
 }
 
+/* New params (NUL-separated in text) for the loaded plugin. */
+static int
+op_reconfigure(void)
+{
+	char		*argv[256], *cause = NULL, *p;
+	size_t		 argc = 0, n = hdr->n_events;
+	int		 rc;
+
+	hdr->text[sizeof hdr->text - 1] = '\0';
+	for (p = hdr->text; argc < n && argc < 256 &&
+	    p < hdr->text + sizeof hdr->text; p += strlen(p) + 1)
+		argv[argc++] = p;
+	if ((rc = policy_reconfigure(pol, argc, argv, &cause)) == -1) {
+		set_err(cause);
+		free(cause);
+	}
+	return (rc);
+}
+
 /* Deliver the queued notifications. */
 static void
 deliver_events(void)
@@ -248,6 +267,10 @@ op_schedule(void)
 	hdr->n_entries = p.n_entries;
 	hdr->n_preempt = p.n_preempt;
 	hdr->n_migrations = p.n_migrations;
+	hdr->chunk_tokens = p.chunk_tokens;
+	hdr->notices = p.notices;
+	hdr->predicted_ns = p.predicted_ns;
+	hdr->target_ns = p.target_ns;
 	if (rc != 0)
 		set_err("schedule returned an error");
 	return (rc != 0 ? -1 : 0);
@@ -309,6 +332,9 @@ main(int argc, char **argv)
 			break;
 		case PCHAN_OP_SCHEDULE:
 			rc = pol != NULL ? op_schedule() : -1;
+			break;
+		case PCHAN_OP_RECONFIGURE:
+			rc = pol != NULL ? op_reconfigure() : -1;
 			break;
 		case PCHAN_OP_EVENTS:
 			if (pol != NULL)

@@ -226,6 +226,42 @@ fail:
 	return (NULL);
 }
 
+/* New params for a loaded policy, keeping its state; 0, 1 or -1. */
+int
+policy_reconfigure(struct policy *pol, size_t argc, char *const *argv,
+    char **cause)
+{
+	struct phased_policy_params	 params;
+	struct phased_param		*kv;
+	char				 err[POLICY_ERRLEN];
+	size_t				 i, len = 1, off;
+	int				 rc;
+
+	if (pol->ops->reconfigure == NULL)
+		return (1);
+	if (policy_parse_params(pol->name, argc, argv, &kv, cause) != 0)
+		return (-1);
+	params.n = argc;
+	params.v = kv;
+	err[0] = '\0';
+	rc = pol->ops->reconfigure(pol->state, &params, err, sizeof err);
+	policy_free_params(kv, argc);
+	if (rc != 0) {
+		err[sizeof err - 1] = '\0';
+		set_cause(cause, "policy '%s': %s", pol->name,
+		    err[0] != '\0' ? err : "reconfigure failed");
+		return (-1);
+	}
+	for (i = 0; i < argc; i++)
+		len += strlen(argv[i]) + 1;
+	free(pol->params);
+	pol->params = xcalloc(1, len);
+	for (i = 0, off = 0; i < argc; i++)
+		off += snprintf(pol->params + off, len - off, "%s%s",
+		    i != 0 ? " " : "", argv[i]);
+	return (0);
+}
+
 /* Fini and unload a policy. */
 void
 policy_close(struct policy *pol)

@@ -95,6 +95,9 @@ req_chat(struct conn *c, Phased__Request *req)
 		eg.sp.seed = cr->seed;
 	if (cr->has_deadline_ms && cr->deadline_ms > 0)
 		eg.deadline_ns = eg.arrival_ns + cr->deadline_ms * 1000000ULL;
+	if (cr->has_priority)
+		eg.priority = cr->priority;
+	eg.uid = (uint32_t)c->uid;
 	instance_chat_gen(in, &eg);
 	gen_start(c, req->id, in, &eg);
 	free(ids);

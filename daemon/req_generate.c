@@ -11,6 +11,7 @@
 #include "log.h"
 #include "mailbox.h"
 #include "model.h"
+#include "phased.h"
 #include "req.h"
 #include "strbuf.h"
 #include "tokenizer.h"
@@ -347,6 +348,8 @@ gen_submit(struct instance *in, struct engine_gen *eg, struct gen *g,
 	enum engine_err	 err;
 
 	g->inst = in;
+	/* The user's share under fair scheduling, from phased.conf. */
+	eg->weight = config_user_weight(&phased->conf, eg->uid);
 	g->engine_id = engine_submit(in->engine, eg, g, &err, cause);
 	if (g->engine_id == 0) {
 		*code = engine_err_code(err);
@@ -435,6 +438,9 @@ req_generate(struct conn *c, Phased__Request *req)
 	sampler_of(gr, &eg.sp);
 	if (gr->has_deadline_ms && gr->deadline_ms > 0)
 		eg.deadline_ns = eg.arrival_ns + gr->deadline_ms * 1000000ULL;
+	if (gr->has_priority)
+		eg.priority = gr->priority;
+	eg.uid = (uint32_t)c->uid;
 	gen_start(c, req->id, in, &eg);
 	free(ids);
 }

@@ -75,6 +75,15 @@ ready_model(struct conn *c, uint64_t id, const char *name)
 	return (in);
 }
 
+/* What each PHASED_NOTICE_* bit says, in bit order. */
+static const char *const notice_text[] = {
+	"ttft target missed: a prompt is queued behind those that can still "
+	    "meet theirs",
+	"tbt target missed: the decodes alone exceed it",
+	"lower-class decodes preempted to hold the tbt target",
+	"admission held: waiting requests would break the tbt target",
+};
+
 /* Show a model's policy, parameters and counters. */
 static void
 req_policy_show(struct conn *c, Phased__Request *req)
@@ -84,7 +93,8 @@ req_policy_show(struct conn *c, Phased__Request *req)
 	struct instance			*in;
 	struct engine_policy_info	 pi;
 	char				*params[64], *copy, *tok, *save = NULL;
-	size_t				 n = 0;
+	char				*notices[8];
+	size_t				 n = 0, i, nn = 0;
 
 	if ((in = ready_model(c, req->id, req->policy_show->model)) == NULL)
 		return;
@@ -102,6 +112,21 @@ req_policy_show(struct conn *c, Phased__Request *req)
 	ps.swaps = pi.swaps;
 	ps.last_error = pi.last_error[0] != '\0' ? pi.last_error : NULL;
 	ps.ejected = pi.ejected[0] != '\0' ? pi.ejected : NULL;
+	for (i = 0; i < sizeof notice_text / sizeof notice_text[0]; i++)
+		if (pi.report.notices & (1u << i))
+			notices[nn++] = (char *)notice_text[i];
+	ps.n_notices = nn;
+	ps.notices = notices;
+	if (pi.report.measured_ns != 0) {
+		ps.has_measured_us = 1;
+		ps.measured_us = pi.report.measured_ns / 1000;
+	}
+	if (pi.report.chunk_tokens != 0 || pi.report.target_ns != 0) {
+		ps.has_chunk_tokens = ps.has_target_us = ps.has_predicted_us = 1;
+		ps.chunk_tokens = pi.report.chunk_tokens;
+		ps.target_us = pi.report.target_ns / 1000;
+		ps.predicted_us = pi.report.predicted_ns / 1000;
+	}
 	r.id = req->id;
 	r.body_case = PHASED__RESPONSE__BODY_POLICY_SHOW;
 	r.policy_show = &ps;
@@ -127,6 +152,7 @@ struct pset_job {
 	size_t			 argc;
 	struct guarded		*pol;
 	char			*cause;
+	int			 reconf;	/* 1: try reconfigure; 2: done */
 };
 
 static int	pset_inflight;	/* jobs whose thread has not posted yet */
@@ -167,6 +193,14 @@ pset_deliver(struct mbox_msg *m)
 	struct instance	*in = instance_find(j->model);
 	struct conn	*c = conn_find(j->serial);
 
+	if (j->reconf == 2) {
+		log_info("model %s: policy %s reconfigured", j->model, j->name);
+		if (c != NULL)
+			conn_send_ok(c, j->req_id, "policy reconfigured (state "
+			    "kept)");
+		pset_free(j);
+		return;
+	}
 	if (j->pol != NULL && (in == NULL || in->engine != j->engine ||
 	    in->state != INST_READY)) {
 		pguard_discard(j->pol);
@@ -189,7 +223,21 @@ static void *
 pset_main(void *arg)
 {
 	struct pset_job	*j = arg;
+	int		 rc;
 
+	if (j->reconf) {
+		/* The engine is held: it outlives this call. */
+		rc = engine_reconfigure_policy(j->engine, j->name, j->argc,
+		    j->argv, &j->cause);
+		engine_release(j->engine);
+		if (rc != 1) {
+			j->reconf = rc == 0 ? 2 : 0;
+			mailbox_post(&j->m);
+			__atomic_sub_fetch(&pset_inflight, 1, __ATOMIC_RELEASE);
+			return (NULL);
+		}
+		j->reconf = 0;
+	}
 	j->pol = pguard_load(&j->conf, j->plugindir, j->name, j->argc,
 	    j->argv, &j->cause);
 	mailbox_post(&j->m);
@@ -202,6 +250,7 @@ static void
 req_policy_set(struct conn *c, Phased__Request *req)
 {
 	Phased__PolicySetRequest	*ps = req->policy_set;
+	struct engine_policy_info	 pi;
 	struct instance			*in;
 	struct pset_job			*j;
 	pthread_attr_t			 attr;
@@ -240,10 +289,18 @@ req_policy_set(struct conn *c, Phased__Request *req)
 	j->argv = xcalloc(j->argc + 1, sizeof *j->argv);
 	for (i = 0; i < j->argc; i++)
 		j->argv[i] = xstrdup(ps->params[i]);
+	/* The same policy again: new params for it, keeping its state. */
+	engine_policy_info(in->engine, &pi);
+	if (strcmp(pi.name, ps->policy) == 0) {
+		j->reconf = 1;
+		engine_hold(in->engine);
+	}
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	__atomic_add_fetch(&pset_inflight, 1, __ATOMIC_RELEASE);
 	if (pthread_create(&t, &attr, pset_main, j) != 0) {
+		if (j->reconf)
+			engine_release(in->engine);
 		__atomic_sub_fetch(&pset_inflight, 1, __ATOMIC_RELEASE);
 		conn_send_error(c, req->id, PHASED__ERROR_CODE__ERR_INTERNAL,
 		    "policy not set: cannot start a thread");

@@ -264,6 +264,10 @@ enum metric_counter {
 	CNT_PREFIX_HIT_TOKENS,	/* prompt tokens it supplied */
 	CNT_PREFIX_EVICTIONS,	/* cached blocks given to new content (set) */
 	CNT_PREFIX_BLOCKS_CACHED, /* blocks holding a cached prefix (a gauge) */
+	CNT_POLICY_CHUNK_TOKENS, /* prefill chunk the policy allowed (gauge) */
+	CNT_POLICY_TARGET_US,	/* iteration time it aimed under (gauge) */
+	CNT_POLICY_PREDICTED_US, /* its forecast of the last iteration (gauge) */
+	CNT_ITER_MEASURED_US,	/* what the last iteration took (gauge) */
 	CNT__COUNT
 };
 

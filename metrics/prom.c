@@ -252,6 +252,27 @@ get_kvratio(const struct inst_snapshot *s)
 	return (total == 0 ? 0 : (double)s->kv_used / (double)total);
 }
 
+/* The policy's iteration-time target, in seconds. */
+static double
+get_pol_target(const struct inst_snapshot *s)
+{
+	return ((double)s->counters[CNT_POLICY_TARGET_US] / 1e6);
+}
+
+/* The policy's forecast of the last iteration, in seconds. */
+static double
+get_pol_predicted(const struct inst_snapshot *s)
+{
+	return ((double)s->counters[CNT_POLICY_PREDICTED_US] / 1e6);
+}
+
+/* What the last iteration took, in seconds. */
+static double
+get_iter_measured(const struct inst_snapshot *s)
+{
+	return ((double)s->counters[CNT_ITER_MEASURED_US] / 1e6);
+}
+
 #define S(f)	offsetof(struct inst_snapshot, f)
 
 /* Write the whole exposition for n instances. */
@@ -348,6 +369,18 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 	prom_field(sb, "phased_prefix_cache_blocks", "gauge",
 	    "KV blocks holding a cached prefix (in use or free).", snaps, n,
 	    S(counters[CNT_PREFIX_BLOCKS_CACHED]));
+	prom_field(sb, "phased_policy_chunk_tokens", "gauge",
+	    "Prefill tokens the policy allowed in the last iteration "
+	    "(0: not reported).", snaps, n,
+	    S(counters[CNT_POLICY_CHUNK_TOKENS]));
+	prom_computed(sb, "phased_policy_target_seconds",
+	    "Iteration time the policy aimed to stay under (0: none).", snaps,
+	    n, get_pol_target);
+	prom_computed(sb, "phased_policy_predicted_seconds",
+	    "The policy's forecast of the last iteration (0: none).", snaps, n,
+	    get_pol_predicted);
+	prom_computed(sb, "phased_iteration_last_seconds",
+	    "What the last iteration took.", snaps, n, get_iter_measured);
 
 	prom_field(sb, "phased_kv_blocks_used", "gauge",
 	    "KV cache blocks in use.", snaps, n, S(kv_used));

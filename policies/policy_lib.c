@@ -143,13 +143,14 @@ pl_order_shortest(const struct phased_view *v)
  * so a short chat turn is not queued behind the chunks of a long document
  * (the long prompt loses only the few tokens the short ones take).
  */
-uint32_t
-pl_prefill(const struct phased_view *v, struct phased_plan *p,
-    struct pl_budget *b, uint32_t limit, enum pl_prefill_mode mode)
+static uint32_t
+pl_prefill_ord(const struct phased_view *v, struct phased_plan *p,
+    struct pl_budget *b, uint32_t limit, enum pl_prefill_mode mode,
+    const uint32_t *given, uint32_t n_given)
 {
 	const struct phased_request	*r;
 	uint32_t			 i, k, rem, avail, n, total = 0;
-	uint32_t			 need, whole, *ord = NULL;
+	uint32_t			 need, whole, *ord = NULL, n_ord = v->n_reqs;
 	int64_t				 slack;
 
 	if (!pl_can_prefill(v) || v->block_size == 0)
@@ -166,11 +167,15 @@ pl_prefill(const struct phased_view *v, struct phased_plan *p,
 			slack -= phased_blocks_needed(v, r,
 			    phased_req_remaining(r));
 	}
-	if (mode == PL_CHUNK_SHORT && v->n_reqs > 1 &&
+	if (given == NULL && mode == PL_CHUNK_SHORT && v->n_reqs > 1 &&
 	    (ord = pl_order_shortest(v)) == NULL)
 		mode = PL_CHUNK;	/* out of memory: arrival order */
-	for (k = 0; k < v->n_reqs; k++) {
-		i = ord != NULL ? ord[k] : k;
+	if (given != NULL)
+		n_ord = n_given;
+	for (k = 0; k < n_ord; k++) {
+		i = given != NULL ? given[k] : ord != NULL ? ord[k] : k;
+		if (i >= v->n_reqs)
+			continue;
 		r = &v->reqs[i];
 		if (r->state == PHASED_REQ_PREFILLING) {
 			if (r->group != v->group || i >= b->cut)
@@ -218,6 +223,22 @@ pl_prefill(const struct phased_view *v, struct phased_plan *p,
 	free(ord);
 	b->prefill += total;
 	return (total);
+}
+
+/* Plan prefill work in arrival order (or shortest first), at most limit. */
+uint32_t
+pl_prefill(const struct phased_view *v, struct phased_plan *p,
+    struct pl_budget *b, uint32_t limit, enum pl_prefill_mode mode)
+{
+	return (pl_prefill_ord(v, p, b, limit, mode, NULL, 0));
+}
+
+/* Plan prefill chunks for the requests ord[0..n) in that order. */
+uint32_t
+pl_prefill_in_order(const struct phased_view *v, struct phased_plan *p,
+    struct pl_budget *b, uint32_t limit, const uint32_t *ord, uint32_t n)
+{
+	return (pl_prefill_ord(v, p, b, limit, PL_CHUNK, ord, n));
 }
 
 /* Parse an integer parameter within [min, max]; -1 and err on failure. */

@@ -56,9 +56,12 @@ extern "C" {
 #define PHASED_POLICY_ABI_VERSION	1u
 /*
  * Fields added within ABI version 1 in words that were reserved (zero for
- * older daemons): 1 = phased_request.cached_tokens.
+ * older daemons, NULL for older plugins): 1 = phased_request.cached_tokens;
+ * 2 = phased_view.abi_minor, the plan's report (chunk_tokens, predicted_ns,
+ * target_ns) and the optional reconfigure op; 3 = phased_request.priority,
+ * uid and weight; 4 = phased_plan.notices.
  */
-#define PHASED_POLICY_ABI_MINOR		1u
+#define PHASED_POLICY_ABI_MINOR		4u
 /* The one symbol a plugin exports. */
 #define PHASED_POLICY_SYMBOL		"phased_policy_entry"
 
@@ -102,9 +105,21 @@ struct phased_request {
 	 * built before it still load and simply never read it.
 	 */
 	uint32_t	cached_tokens;
-	uint32_t	reserved32;
-	uint64_t	reserved[3];
+	/*
+	 * ABI minor 3: the request's priority as the client gave it
+	 * (-1000..1000, lower is more urgent, like nice(1); default 0), the
+	 * user it is served for (the peer's uid on a Unix socket;
+	 * PHASED_UID_NETWORK for HTTP over TCP) and that user's weight from
+	 * phased.conf (user-weight; 1 when not configured).
+	 */
+	int32_t		priority;
+	uint32_t	uid;
+	uint32_t	weight;
+	uint64_t	reserved[2];
 };
+
+/* The user of requests that came over TCP (no peer credentials). */
+#define PHASED_UID_NETWORK	0xfffffffeu
 
 /* A device group: one or more devices that run one engine loop. */
 struct phased_group {
@@ -144,8 +159,30 @@ struct phased_view {
 	const struct phased_iter_stat *hist; /* [n_hist], oldest first */
 	uint64_t	 now_ns;	/* monotonic clock at planning time */
 	uint64_t	 iteration;	/* iteration number of this group's loop */
-	uint64_t	 reserved[6];
+	/*
+	 * ABI minor 2: the PHASED_POLICY_ABI_MINOR of the daemon that built
+	 * the view (0 from older daemons), so a plugin knows which of the
+	 * fields added in reserved words are filled in.
+	 */
+	uint32_t	 abi_minor;
+	uint32_t	 reserved1;
+	uint64_t	 reserved[5];
 };
+
+/*
+ * Why a latency policy cannot meet its targets this iteration, reported in
+ * phased_plan.notices (ABI minor 4) and shown by `phasectl policy show'.
+ */
+#define PHASED_NOTICE_TTFT_LATE		0x1u	/* a prompt can no longer meet
+						   its TTFT target: queued
+						   behind those that can */
+#define PHASED_NOTICE_TBT_OVER		0x2u	/* the decodes alone exceed the
+						   TBT target */
+#define PHASED_NOTICE_PREEMPTED		0x4u	/* lower-class decodes preempted
+						   to hold the TBT target */
+#define PHASED_NOTICE_ADMISSION_HELD	0x8u	/* waiting requests held back:
+						   admitting them would break
+						   the TBT target */
 
 /* Run n_tokens of request id on group this iteration. */
 struct phased_plan_entry {
@@ -177,7 +214,17 @@ struct phased_plan {
 	struct phased_migration *migrations;
 	uint32_t	 n_migrations;
 	uint32_t	 cap_migrations;
-	uint64_t	 reserved[4];
+	/*
+	 * ABI minor 2: what the policy aimed at in this plan, shown by
+	 * `phasectl policy show' and the metrics next to the measured
+	 * iteration time; zero means not reported.  The daemon zeroes them
+	 * before every call.
+	 */
+	uint32_t	 chunk_tokens;	/* prefill tokens it allowed this iteration */
+	uint32_t	 notices;	/* minor 4: PHASED_NOTICE_* bits */
+	uint64_t	 predicted_ns;	/* its forecast of this iteration's time */
+	uint64_t	 target_ns;	/* the iteration time it aims to stay under */
+	uint64_t	 reserved[1];
 };
 
 /* One key=value parameter; both strings are NUL-terminated. */
@@ -221,8 +268,18 @@ struct phased_policy {
 	void	(*on_swap_in)(void *state, const struct phased_view *view);
 	/* The policy is being replaced or ejected; fini follows. Optional. */
 	void	(*on_swap_out)(void *state);
+	/*
+	 * ABI minor 2.  New params for the running policy (`phasectl policy
+	 * set' with the same name): check them all, then apply them to state,
+	 * keeping what was learned; 0, or -1 with a message in err and state
+	 * unchanged.  The params replace those given before (keys not given
+	 * return to their defaults).  Optional: without it the daemon loads a
+	 * fresh instance instead.
+	 */
+	int	(*reconfigure)(void *state, const struct phased_policy_params *params,
+		    char *err, size_t errlen);
 
-	void	*reserved[8];		/* NULL */
+	void	*reserved[7];		/* NULL */
 };
 
 /*

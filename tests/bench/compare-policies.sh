@@ -18,7 +18,8 @@
 #   -e  seconds of chat decoding before the long prompt arrives (default 4)
 #   -m  the model (default: a TinyLlama-1.1B-shape Q4_0 model synthesized
 #       into /tmp if absent)
-#   -p  only these policies (labels below, comma-separated)
+#   -p  only these policies (labels below, comma-separated; chunked-prefill
+#       and decode-reserved-auto are the policies without parameters)
 #   -t  threads of the colocated policies (default 2; disaggregated always
 #       runs one group per CPU)
 set -eu
@@ -40,7 +41,7 @@ while getopts b:o:r:e:m:p:t: opt; do
 	m) model=$OPTARG ;;
 	p) only=$OPTARG ;;
 	t) threads=$OPTARG ;;
-	*) sed -n '10,23p' "$0" >&2; exit 2 ;;
+	*) sed -n '10,24p' "$0" >&2; exit 2 ;;
 	esac
 done
 for p in phased phasectl phased-synth; do
@@ -81,14 +82,18 @@ long=700
 chat_out=64
 bench_args="--scenario interference --chats 2 --chat-output $chat_out \
     --chat-prompt-len 16 --long-prompt-len $long --long-output 4 \
-    --long-every $every --long-count 1"
+    --long-every $every --long-count 1 --slo-ttft-ms 10000 --slo-tbt-ms 150"
 
 # label|load options (the model is loaded afresh for each run)
 policies="fcfs|policy=fcfs
 decode-reserved|policy=decode-reserved policy.max_prefill_tokens=32
 chunked-prefill-32|policy=chunked-prefill policy.budget=32
 chunked-prefill-auto|policy=chunked-prefill policy.tbt_target_ms=TARGET policy.min_chunk=8
-disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1"
+disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1
+chunked-prefill|policy=chunked-prefill
+decode-reserved-auto|policy=decode-reserved
+chunked-prefill-slo|policy=chunked-prefill policy.tbt_p99_ms=150 policy.ttft_ms=10000
+slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000"
 
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 commit=$(git -C "$here" log -1 --format='%h %cd' --date=iso 2>/dev/null || true)

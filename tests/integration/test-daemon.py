@@ -237,6 +237,9 @@ for text, want in [
     ("threads 2000\n", "check.conf:1: threads 2000 is out of range 0..1024"),
     ("pidfile 1 2\n", "check.conf:1: pidfile takes exactly one value"),
     ("model m /x groups=gpu:cpu0\n", "unknown role 'gpu'"),
+    ("user-weight no-such-user-xyz 2\n", "check.conf:1: user-weight: unknown user 'no-such-user-xyz'"),
+    ("user-weight nobody 0\n", "check.conf:1: user-weight 0 is out of range 1..1000"),
+    ("user-weight nobody\n", "check.conf:1: user-weight takes a user and a weight"),
 ]:
     rc, err = check(text)
     ok(rc == 1 and want in err, "phased -n rejects: %s" % want, err)

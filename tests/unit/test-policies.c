@@ -214,6 +214,8 @@ test_random_properties(void)
 		{ "chunked-prefill", "budget=100" },
 		{ "chunked-prefill", "budget=2048" },
 		{ "chunked-prefill", "tbt_target_ms=20" },
+		{ "chunked-prefill", "ttft_ms=2000 tbt_factor=2" },
+		{ "decode-reserved", "tbt_p99_ms=50" },
 		{ "disaggregated", "" },
 		{ "example", "" },
 	};
@@ -232,7 +234,7 @@ test_random_properties(void)
 		invalid = unserved = over = notwhole = order = lazy = share = 0;
 		budget = strcmp(specs[s][0], "chunked-prefill") == 0 ?
 		    (strstr(specs[s][1], "budget=") ? (uint32_t)atoi(
-		    strstr(specs[s][1], "budget=") + 7) : 512) : 0;
+		    strstr(specs[s][1], "budget=") + 7) : 0) : 0;
 		if (strstr(specs[s][1], "tbt_target_ms"))
 			budget = 0;
 		for (iter = 0; iter < 3000; iter++) {
@@ -531,13 +533,13 @@ test_auto(void)
 		    100 * i, 8));
 	}
 	plan(pol, t);
-	is_int(plan_tokens(t, 1), 32, "auto: min_chunk when decodes alone "
+	is_int(plan_tokens(t, 1), 16, "auto: min_chunk when decodes alone "
 	    "exceed the target");
 	/* No prefill measured: start small, then at most double. */
 	for (i = 0; i < 10; i++)
 		t->hist[i].prefill_tokens = 0;
 	plan(pol, t);
-	is_int(plan_tokens(t, 1), 32, "auto: min_chunk without measurements");
+	is_int(plan_tokens(t, 1), 16, "auto: min_chunk without measurements");
 	for (i = 0; i < 10; i++) {
 		t->hist[i].prefill_tokens = i == 9 ? 100 : 0;
 		t->hist[i].duration_ns = (uint64_t)(1e6 * cost(1, 0.0001, 0.1,

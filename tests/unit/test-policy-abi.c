@@ -47,7 +47,7 @@ static void
 test_load_all(void)
 {
 	static const char *names[] = { "fcfs", "decode-reserved",
-	    "chunked-prefill", "disaggregated", "example" };
+	    "chunked-prefill", "disaggregated", "example", "fair-share", "slo" };
 	struct policy	*pol;
 	char		*cause = NULL;
 	size_t		 i;
@@ -159,7 +159,7 @@ test_refusals(void)
 	swap_fails(&slot, builddir, "chunked-prefill", 1, pabc,
 	    "budget 'abc' is not an integer");
 	swap_fails(&slot, builddir, "chunked-prefill", 1, pfoo,
-	    "unknown parameter 'foo' (expected budget, tbt_target_ms");
+	    "unknown parameter 'foo' (expected budget, order, tbt_p99_ms");
 	swap_fails(&slot, builddir, "chunked-prefill", 1, pnoeq,
 	    "parameter 'budget' is not key=value");
 	swap_fails(&slot, builddir, "chunked-prefill", 2, ptwice,
