@@ -47,7 +47,7 @@ config_defaults(struct phased_config *c)
 	c->max_output = 8U << 20;
 	c->max_waiting = 256;
 	c->threads = 0;
-	c->default_policy = xstrdup("fcfs");
+	c->default_policy = xstrdup("chunked-prefill");
 	c->http_max_body = 8U << 20;
 	c->http_timeout = 30;
 	c->policy_isolation = 1;
