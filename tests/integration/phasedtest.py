@@ -304,6 +304,9 @@ class Daemon:
         return self.proc.returncode
 
     def cleanup(self):
+        # A daemon left running would outlive its deleted socket.
+        if self.alive():
+            self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

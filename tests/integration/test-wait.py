@@ -223,5 +223,6 @@ for c in ("others_prefill", "decode"):
 rc, tout, err = d.ctl("stats", "stories")
 ok("e2e share since start" in tout and "others' prefill" in tout, "stats text: the share table and "
    "the decode window", tout)
+ok(d.stop() == 0, "phased exits 0 on SIGTERM")
 d.cleanup()
 done()
