@@ -8,13 +8,6 @@
 /* A stream handle: any distinct non-NULL pointer will do. */
 static char	emu_stream_token;
 
-/* Only device 0 exists, like the emulation's cudaGetDeviceCount says. */
-cudaError_t
-cudaSetDevice(int dev)
-{
-	return (dev == 0 ? cudaSuccess : cudaErrorInvalidValue);
-}
-
 /* Work runs when it is launched, so every stream is the same one. */
 cudaError_t
 cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)

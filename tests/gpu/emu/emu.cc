@@ -267,7 +267,6 @@ cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = NULL; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
@@ -281,11 +280,36 @@ cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
 	return cudaSuccess;
 }
 
-/* One emulated device, an H200-like SM count (it steers context splits). */
+/*
+ * EMU_DEVICES emulated devices (so tensor-parallel groups can be formed),
+ * all sharing host memory; each has an H200-like SM count (it steers
+ * context splits).  The current device is per host thread, as in CUDA.
+ */
+#define EMU_DEVICES	8
+static __thread int	emu_device;
+
 cudaError_t
 cudaGetDeviceCount(int *n)
 {
-	*n = 1;
+	*n = EMU_DEVICES;
+	return cudaSuccess;
+}
+
+/* Make a device current for the calling thread. */
+cudaError_t
+cudaSetDevice(int dev)
+{
+	if (dev < 0 || dev >= EMU_DEVICES)
+		return cudaErrorInvalidValue;
+	emu_device = dev;
+	return cudaSuccess;
+}
+
+/* The calling thread's current device. */
+cudaError_t
+cudaGetDevice(int *d)
+{
+	*d = emu_device;
 	return cudaSuccess;
 }
 

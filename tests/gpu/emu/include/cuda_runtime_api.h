@@ -50,6 +50,7 @@ cudaError_t	 cudaStreamSynchronize(cudaStream_t);
 cudaError_t	 cudaGetLastError(void);
 cudaError_t	 cudaGetDeviceCount(int *);
 cudaError_t	 cudaGetDevice(int *);
+cudaError_t	 cudaSetDevice(int);
 cudaError_t	 cudaDeviceGetAttribute(int *, enum cudaDeviceAttr, int);
 cudaError_t	 cudaGetDeviceProperties(struct cudaDeviceProp *, int);
 const char	*cudaGetErrorString(cudaError_t);
