@@ -25,6 +25,7 @@ struct backend_config {
 	const int	*devices;	/* cpu: CPU ids to pin to; gpu: ids */
 	int		 n_devices;
 	int		 n_threads;	/* cpu: threads; 0 = model opts, then all */
+	int		 collectives;	/* gpu: NCCL even for one device */
 };
 
 struct backend_ops {
