@@ -50,25 +50,62 @@ struct load_msg {
 	char		*pol_cause;
 };
 
-/* Parse a GPU such as "cuda0" into spec: one device per group. */
+/*
+ * Parse GPUs such as "cuda0", "cuda0-3" or "cuda0+cuda1" into spec; a group
+ * of several runs the model tensor-parallel across them.
+ */
 static int
 parse_gpu(const char *s, struct engine_group_spec *gs, char **cause)
 {
-	char	*end;
-	long	 n;
+	char	*copy, *tok, *save = NULL, *end;
+	long	 a, b, i;
+	int	 j;
 
-	n = strtol(s + 4, &end, 10);
-	if (end == s + 4 || *end != '\0' || n < 0 || n > 255) {
-		set_cause(cause, "bad device '%s' (expected e.g. cuda0; a GPU "
-		    "group holds one device)", s);
-		return (-1);
+	copy = xstrdup(s);
+	for (tok = strtok_r(copy, "+", &save); tok != NULL;
+	    tok = strtok_r(NULL, "+", &save)) {
+		if (strncmp(tok, "cuda", 4) != 0)
+			goto bad;
+		a = strtol(tok + 4, &end, 10);
+		if (end == tok + 4 || (*end != '\0' && *end != '-'))
+			goto bad;
+		b = a;
+		if (*end == '-') {
+			tok = end + 1;
+			b = strtol(tok, &end, 10);
+			if (end == tok || *end != '\0')
+				goto bad;
+		}
+		if (a < 0 || b < a || b > 255)
+			goto bad;
+		for (i = a; i <= b; i++) {
+			for (j = 0; j < gs->n_cpus; j++) {
+				if (gs->cpus[j] == (int)i) {
+					set_cause(cause, "device group %s lists "
+					    "cuda%ld twice", s, i);
+					free(copy);
+					return (-1);
+				}
+			}
+			if (gs->n_cpus == 8) {
+				set_cause(cause, "device group %s lists more "
+				    "than 8 gpus", s);
+				free(copy);
+				return (-1);
+			}
+			gs->cpus[gs->n_cpus++] = (int)i;
+		}
 	}
-	gs->cpus[0] = (int)n;
-	gs->n_cpus = 1;
+	free(copy);
 	gs->n_threads = 1;
 	snprintf(gs->backend, sizeof gs->backend, "cuda");
 	snprintf(gs->devices, sizeof gs->devices, "%s", s);
 	return (0);
+bad:
+	free(copy);
+	set_cause(cause, "bad device '%s' (expected e.g. cuda0, cuda0-1 or "
+	    "cuda0+cuda2)", s);
+	return (-1);
 }
 
 /* Parse a CPU list such as "cpu0-1" or "cpu0+cpu2" (or a GPU) into spec. */

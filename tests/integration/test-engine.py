@@ -220,6 +220,15 @@ ok(rc == 1 and "ctx 'abc' is not an integer" in err, "a bad load option is refus
 rc, out, err = d.ctl("load", "x", MODEL, "groups=mixed:cuda0")
 ok(rc == 1 and ("backend cuda is not built" in err or "cuda: " in err),
    "a GPU group without a usable CUDA backend is refused", err)
+rc, out, err = d.ctl("load", "x", MODEL, "groups=prefill:cuda0-1/decode:cuda2+cuda3")
+ok(rc == 1 and ("backend cuda is not built" in err or "cuda: " in err),
+   "tensor-parallel GPU groups parse and reach the backend", err)
+for opt, want in (("groups=mixed:cuda0+cuda0", "device group cuda0+cuda0 lists cuda0 twice"),
+                  ("groups=mixed:cuda0-9", "device group cuda0-9 lists more than 8 gpus"),
+                  ("groups=mixed:cuda1-0", "bad device 'cuda1-0' (expected e.g. cuda0, cuda0-1 or cuda0+cuda2)"),
+                  ("groups=mixed:cuda0+cpu1", "bad device 'cuda0+cpu1'")):
+    rc, out, err = d.ctl("load", "badgpu", MODEL, opt)
+    ok(rc == 1 and want in err, "load %s is refused by name" % opt, err)
 rc, out, err = d.ctl("load", "x", MODEL, "frobs=1")
 ok(rc == 1 and "unknown option 'frobs'" in err, "an unknown load option is refused", err)
 for opt, want in (("policy-deadline=0", "policy-deadline 0 is out of range 1..1000"),
