@@ -80,6 +80,8 @@ struct egroup {
 	int			 started;
 	struct backend_inst	*bi;
 	struct kv_pool		*pool;
+	uint64_t		 weight_bytes[8];	/* per device of the group */
+	int			 n_weight;
 	uint64_t		 iteration;
 	struct phased_iter_stat	 hist[ENGINE_HIST];
 	uint32_t		 n_hist;
@@ -876,6 +878,8 @@ group_setup(struct engine *e, int i, char **cause)
 	if ((g->pool = e->ops->kv_pool_create(g->bi, e->conf.kv_blocks,
 	    cause)) == NULL)
 		return (-1);
+	if (e->ops->weight_bytes != NULL)
+		g->n_weight = e->ops->weight_bytes(g->bi, g->weight_bytes, 8);
 	if (e->conf.prefix_cache && kv_prefix_enable(g->pool,
 	    prefix_seed(e, i)) != 0) {
 		set_cause(cause, "kv pool of group %d is in use", i);
@@ -1231,6 +1235,8 @@ engine_counts(struct engine *e, struct engine_counts *c)
 		c->devices[i] = e->groups[i].devices;
 		c->kv_bytes[i] = (uint64_t)e->groups[i].pool->block_bytes *
 		    e->groups[i].pool->n_blocks;
+		c->weight_bytes[i] = e->groups[i].weight_bytes;
+		c->n_weight[i] = e->groups[i].n_weight;
 	}
 	c->block_size = e->n_groups > 0 ?
 	    e->groups[0].pool->layout.block_size : 0;

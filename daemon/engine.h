@@ -157,6 +157,8 @@ struct engine_counts {
 	int		 roles[ENGINE_MAX_GROUPS];
 	const char	*devices[ENGINE_MAX_GROUPS];
 	uint64_t	 kv_bytes[ENGINE_MAX_GROUPS];
+	const uint64_t	*weight_bytes[ENGINE_MAX_GROUPS];	/* per device */
+	int		 n_weight[ENGINE_MAX_GROUPS];	/* 0: host memory */
 	int		 n_groups;
 	uint32_t	 block_size;
 };

@@ -1044,6 +1044,8 @@ instance_infos(struct inst_infos *ii)
 				g->has_kv_blocks_total = g->has_kv_blocks_used = 1;
 				g->kv_blocks_total = ec.kv_total[i];
 				g->kv_blocks_used = ec.kv_used[i];
+				g->n_weight_bytes = (size_t)ec.n_weight[i];
+				g->weight_bytes = (uint64_t *)ec.weight_bytes[i];
 				m->kv_blocks_total += ec.kv_total[i];
 				m->kv_blocks_used += ec.kv_used[i];
 				m->n_groups++;

@@ -53,6 +53,14 @@ struct backend_ops {
 			    struct kv_pool *dst_pool, struct kv_seq *dst_seq,
 			    struct backend_inst *src, const struct kv_pool *src_pool,
 			    const struct kv_seq *src_seq, char **cause);
+	/*
+	 * Bytes of device memory the weights take on each device of the
+	 * group, in its order, into per_device[0..max-1]; returns how many
+	 * devices were filled.  Optional: without it (or 0) the weights are
+	 * not in device memory.
+	 */
+	int		(*weight_bytes)(struct backend_inst *,
+			    uint64_t *per_device, int max);
 };
 
 extern const struct backend_ops backend_cpu_ops;

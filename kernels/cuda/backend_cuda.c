@@ -1221,6 +1221,17 @@ fail:
 	return (-1);
 }
 
+/* Device memory of each rank's share of the weights. */
+static int
+cuda_weight_bytes(struct backend_inst *bi, uint64_t *per_device, int max)
+{
+	int	i;
+
+	for (i = 0; i < bi->n_ranks && i < max; i++)
+		per_device[i] = bi->r[i].weight_bytes;
+	return (i);
+}
+
 const struct backend_ops backend_cuda_ops = {
 	.name = "cuda",
 	.create = cuda_create,
@@ -1229,4 +1240,5 @@ const struct backend_ops backend_cuda_ops = {
 	.kv_pool_free = cuda_kv_pool_free,
 	.forward = cuda_forward,
 	.kv_copy = cuda_kv_copy,
+	.weight_bytes = cuda_weight_bytes,
 };

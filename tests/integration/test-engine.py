@@ -301,6 +301,8 @@ ok(rc == 0, "load on a prefill group and a decode group", err)
 m = models(d)["dis"]
 ok(m["policy"] == "disaggregated" and len(m["groups"]) == 2 and m["groups"][0]["role"] == "prefill"
    and m["groups"][1]["role"] == "decode", "two groups, disaggregated policy by default", m)
+ok(all(g["weight_bytes"] == [] and g["memory_bytes"] > 0 for g in m["groups"]),
+   "cpu groups report their kv memory and no device weights", m["groups"])
 res = gen_many(d, "dis", PROMPTS, ["--max-tokens", "40", "--temp", "0"])
 bad = [p for p, (t, r) in zip(PROMPTS, res) if t != solo[p]]
 ok(not bad, "disaggregated generations equal the solo tokens", bad)
