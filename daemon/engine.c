@@ -345,8 +345,11 @@ migrate(struct engine *e, struct ereq *r, int to)
 	struct egroup	*src = &e->groups[r->group], *dst = &e->groups[to];
 	struct kv_seq	 seq;
 	char		*cause = NULL;
+	uint64_t	 t0 = now_ns(), bytes;
 
 	memset(&seq, 0, sizeof seq);
+	bytes = (uint64_t)kv_pool_blocks_for(src->pool, r->seq.n_tokens) *
+	    src->pool->block_bytes;
 	if (e->ops->kv_copy == NULL || e->ops->kv_copy(dst->bi, dst->pool,
 	    &seq, src->bi, src->pool, &r->seq, &cause) != 0) {
 		log_debug("%s: migration of %llu to group %d deferred: %s",
@@ -355,6 +358,9 @@ migrate(struct engine *e, struct ereq *r, int to)
 		free(cause);
 		return (-1);
 	}
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFERS, 1);
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_BYTES, bytes);
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_NS, now_ns() - t0);
 	kv_seq_release(src->pool, &r->seq);
 	r->seq = seq;
 	r->group = to;

@@ -258,6 +258,9 @@ enum metric_counter {
 	CNT_PREFIX_HIT_TOKENS,	/* prompt tokens it supplied */
 	CNT_PREFIX_EVICTIONS,	/* cached blocks given to new content (set) */
 	CNT_PREFIX_BLOCKS_CACHED, /* blocks holding a cached prefix (a gauge) */
+	CNT_KV_TRANSFERS,	/* KV moves between device groups */
+	CNT_KV_TRANSFER_BYTES,	/* bytes of KV blocks they moved */
+	CNT_KV_TRANSFER_NS,	/* time spent moving them */
 	CNT__COUNT
 };
 

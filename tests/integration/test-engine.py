@@ -306,6 +306,14 @@ ok(all(g["weight_bytes"] == [] and g["memory_bytes"] > 0 for g in m["groups"]),
 res = gen_many(d, "dis", PROMPTS, ["--max-tokens", "40", "--temp", "0"])
 bad = [p for p, (t, r) in zip(PROMPTS, res) if t != solo[p]]
 ok(not bad, "disaggregated generations equal the solo tokens", bad)
+st = json.loads(d.ctl("--json", "stats", "dis")[1])["models"][0]
+kvb = st["counters"].get("kv_transfer_bytes", 0)
+ok(kvb > 0 and st["counters"].get("kv_transfer_ms", -1) >= 0,
+   "stats count the KV bytes moved from prefill to decode (%s)" % kvb, st["counters"])
+rc, out, err = d.ctl("metrics")
+ok(rc == 0 and 'phased_kv_transfer_bytes_total{model="dis"} %d' % kvb in out
+   and 'phased_kv_transfers_total{model="dis"} %d' % len(PROMPTS) in out,
+   "metrics count the KV moves and their bytes", [x for x in out.splitlines() if "kv_transfer" in x])
 ok(wait_idle(d, "dis")["kv_blocks_used"] == 0, "no KV left in use on either group")
 d.ctl("unload", "dis")
 
