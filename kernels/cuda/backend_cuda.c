@@ -131,6 +131,17 @@ struct backend_inst {
 	/* Per-call metadata, pinned host staging (each rank has a copy). */
 	size_t			 cap_meta;
 	uint8_t			*h_meta;
+
+	/*
+	 * KV transfer into this instance from another group: an NCCL clique
+	 * of the source's ranks then this one's, kept for the source's
+	 * devices (xfer_devs); xfer_refused when NCCL could not make it
+	 * (devices shared by the two groups), so peer copies are used.
+	 */
+	struct cuda_comm	*xfer;
+	int			 xfer_devs[CUDA_MAX_RANKS];
+	int			 xfer_refused;
+	uint64_t		 n_xfer_nccl, n_xfer_peer;
 };
 
 /* Put a CUDA runtime error into cause; true when there was one. */
@@ -406,6 +417,7 @@ cuda_destroy(struct backend_inst *bi)
 			cudaStreamDestroy(rk->stream);
 	}
 	cuda_comm_free(bi->comm);
+	cuda_comm_free(bi->xfer);
 	free(bi);
 }
 
@@ -1128,11 +1140,93 @@ copy_run(const struct cuda_rank *dst, const struct cuda_rank *src, void *d,
 }
 
 /*
+ * The NCCL clique for moving KV from src's devices to dst's (src ranks
+ * first), made on first use and kept while the source's devices are the
+ * same; NULL when NCCL is absent or refuses them, the peer copies' cue.
+ */
+static struct cuda_comm *
+xfer_comm(struct backend_inst *dst, const struct backend_inst *src)
+{
+	int	devs[2 * CUDA_MAX_RANKS], i, same = dst->xfer != NULL ||
+		    dst->xfer_refused;
+	char	*cause = NULL;
+
+	if (!cuda_comm_built())
+		return (NULL);
+	for (i = 0; i < src->n_ranks; i++)
+		same &= dst->xfer_devs[i] == src->r[i].dev;
+	if (same)
+		return (dst->xfer);
+	cuda_comm_free(dst->xfer);
+	dst->xfer = NULL;
+	for (i = 0; i < src->n_ranks; i++) {
+		devs[i] = src->r[i].dev;
+		devs[src->n_ranks + i] = dst->r[i].dev;
+		dst->xfer_devs[i] = src->r[i].dev;
+	}
+	dst->xfer = cuda_comm_create(devs, 2 * src->n_ranks, &cause);
+	dst->xfer_refused = dst->xfer == NULL;
+	if (dst->xfer == NULL)
+		log_debug("cuda: kv transfer by peer copies: %s", cause);
+	free(cause);
+	return (dst->xfer);
+}
+
+/*
+ * Queue the NCCL sends (on the source ranks' streams) and receives (on
+ * ours) of one layer's K and V runs, rank r to rank r, in one group.
+ */
+static int
+xfer_layer(struct cuda_comm *cc, struct backend_inst *dst,
+    struct cuda_pool *dp, const struct kv_seq *dst_seq,
+    const struct backend_inst *src, const struct cuda_pool *sp,
+    const struct kv_seq *src_seq, uint32_t nb, uint32_t layer, size_t blk,
+    char **cause)
+{
+	const int	N = dst->n_ranks;
+	uint32_t	i, run;
+	size_t		doff, soff, bytes;
+	int		r, kv;
+	uint8_t		*d;
+	const uint8_t	*s;
+
+	if (cuda_comm_group_start(cause) != 0)
+		return (-1);
+	for (r = 0; r < N; r++) {
+		for (i = 0; i < nb; i += run) {
+			run = 1;
+			while (i + run < nb && dst_seq->blocks[i + run] ==
+			    dst_seq->blocks[i] + run && src_seq->blocks[i +
+			    run] == src_seq->blocks[i] + run)
+				run++;
+			doff = (size_t)dst_seq->blocks[i] * blk;
+			soff = (size_t)src_seq->blocks[i] * blk;
+			bytes = (size_t)run * blk;
+			for (kv = 0; kv < 2; kv++) {
+				d = (uint8_t *)(kv ? pool_v(dp, r, layer) :
+				    pool_k(dp, r, layer)) + doff;
+				s = (const uint8_t *)(kv ? pool_v(sp, r, layer) :
+				    pool_k(sp, r, layer)) + soff;
+				if (cuda_comm_send(cc, r, N + r, s, bytes,
+				    src->r[r].stream, cause) != 0 ||
+				    cuda_comm_recv(cc, N + r, r, d, bytes,
+				    dst->r[r].stream, cause) != 0) {
+					cuda_comm_group_end(NULL);
+					return (-1);
+				}
+			}
+		}
+	}
+	return (cuda_comm_group_end(cause));
+}
+
+/*
  * Copy src_seq's KV into the empty dst_seq: blocks are taken from dst_pool
  * on the host, then each layer's K and V pages are copied on the device,
- * rank by rank (between devices with peer copies when the instances
- * differ).  Both groups must split the heads alike, that is, have as many
- * devices.
+ * rank by rank: between two groups with NCCL sends and receives (peer
+ * copies where NCCL is absent or the groups share a device), within one
+ * instance by device copies.  Both groups must split the heads alike, that
+ * is, have as many devices.
  */
 static int
 cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
@@ -1146,6 +1240,7 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 	size_t			 blk, doff, soff;
 	uint32_t		 nb, i, layer, run;
 	int			 rank;
+	struct cuda_comm	*cc = NULL;
 
 	if (dp == NULL || sp == NULL || dp->bi != dst || sp->bi != src) {
 		set_cause(cause, "cuda: kv copy between pools not of the cuda "
@@ -1185,7 +1280,16 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 	if (sync_ranks(src, "drain source streams", cause) != 0)
 		goto fail;
 	blk = (size_t)KV_BLOCK * dst->nkv * dl->head_dim * sizeof(uint16_t);
-	for (rank = 0; rank < dst->n_ranks; rank++) {
+	if (dst != src && (cc = xfer_comm(dst, src)) != NULL) {
+		for (layer = 0; layer < dl->n_layers; layer++)
+			if (xfer_layer(cc, dst, dp, dst_seq, src, sp, src_seq, nb,
+			    layer, blk, cause) != 0)
+				goto fail;
+		dst->n_xfer_nccl++;
+	} else if (dst != src)
+		dst->n_xfer_peer++;
+	for (rank = 0; rank < dst->n_ranks && (dst == src || cc == NULL);
+	    rank++) {
 		CU(cudaSetDevice(dst->r[rank].dev), "select device");
 		/* Runs of consecutive block ids on both sides go in one copy. */
 		for (i = 0; i < nb; i += run) {
@@ -1210,15 +1314,26 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 		}
 	}
 	/* The source may reuse its blocks as soon as this returns. */
-	if (sync_ranks(dst, "kv copy", cause) != 0)
+	if (sync_ranks(dst, "kv copy", cause) != 0 ||
+	    sync_ranks(src, "kv copy", cause) != 0)
 		goto fail;
 	dst_seq->n_tokens = src_seq->n_tokens;
 	return (0);
 
 fail:
 	sync_ranks(dst, "kv copy", NULL);
+	sync_ranks(src, "kv copy", NULL);
 	kv_seq_release(dst_pool, dst_seq);
 	return (-1);
+}
+
+/* How many KV transfers into bi went by NCCL and by peer copies. */
+void
+backend_cuda_kv_transfers(const struct backend_inst *bi, uint64_t *nccl,
+    uint64_t *peer)
+{
+	*nccl = bi->n_xfer_nccl;
+	*peer = bi->n_xfer_peer;
 }
 
 /* Device memory of each rank's share of the weights. */

@@ -632,8 +632,10 @@ static void
 test_tp_copy(const struct model *m)
 {
 	struct backend_config	 cfg;
-	struct run		 a, b, one;
-	struct kv_seq		 sa, sb, sc;
+	struct run		 a, b, one, over;
+	struct kv_seq		 sa, sb, sc, so;
+	int			 dov[2] = { 1, 2 };
+	uint64_t		 nccl = 0, peer = 0;
 	struct fwd_entry	 e;
 	int32_t			 prompt[20], tok = 42;
 	int			 da[2] = { 0, 1 }, db[2] = { 2, 3 }, d3[3] = { 0, 1, 2 };
@@ -645,6 +647,7 @@ test_tp_copy(const struct model *m)
 	memset(&sa, 0, sizeof sa);
 	memset(&sb, 0, sizeof sb);
 	memset(&sc, 0, sizeof sc);
+	memset(&so, 0, sizeof so);
 	memset(&cfg, 0, sizeof cfg);
 	cfg.n_devices = 2;
 	cfg.devices = da;
@@ -680,6 +683,39 @@ test_tp_copy(const struct model *m)
 	if (ok(run_batch(&b, &e, 1) == 0, "decode on group 2-3"))
 		near(maxdiff(la, lb, MAXV), 0.0, 1e-6, "its logits equal "
 		    "those in place (max diff %.3g)", maxdiff(la, lb, MAXV));
+	backend_cuda_kv_transfers(b.bi, &nccl, &peer);
+	ok(nccl == 1 && peer == 0, "the move went by nccl send and receive "
+	    "(%llu by nccl, %llu by peer copies)", (unsigned long long)nccl,
+	    (unsigned long long)peer);
+
+	/* Groups sharing device 1 cannot form one clique: peer copies. */
+	cfg.devices = dov;
+	if (run_start(&over, &backend_cuda_ops, m, &cfg, 16) == 0) {
+		ok(a.ops->kv_copy(over.bi, over.pool, &so, a.bi, a.pool, &sa,
+		    &cause) == 0, "kv moved from group 0-1 to group 1-2 (%s)",
+		    STR(cause));
+		free(cause);
+		cause = NULL;
+		e.seq = &so;
+		e.logits = lb;
+		tok = 7;
+		if (ok(run_batch(&over, &e, 1) == 0, "decode on group 1-2")) {
+			e.seq = &sa;
+			e.logits = la;
+			run_batch(&a, &e, 1);
+			near(maxdiff(la, lb, MAXV), 0.0, 1e-6, "its logits equal "
+			    "those in place (max diff %.3g)",
+			    maxdiff(la, lb, MAXV));
+		}
+		backend_cuda_kv_transfers(over.bi, &nccl, &peer);
+		ok(nccl == 0 && peer == 1, "that move went by peer copies "
+		    "(%llu by nccl, %llu by peer copies)",
+		    (unsigned long long)nccl, (unsigned long long)peer);
+		kv_seq_release(over.pool, &so);
+		run_stop(&over);
+	} else
+		ok(0, "group on devices 1-2");
+	cfg.n_devices = 2;
 
 	cfg.devices = &d0;
 	cfg.n_devices = 1;
