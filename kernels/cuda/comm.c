@@ -10,7 +10,11 @@
 
 #ifdef HAVE_NCCL
 #include <cuda_runtime_api.h>
+/* NCCL's header declares ncclGroupStart() and others without (void). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <nccl.h>
+#pragma GCC diagnostic pop
 
 struct cuda_comm {
 	int		 n;
