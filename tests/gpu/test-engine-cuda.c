@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "backend_cuda.h"
+#include "comm.h"
 #include "cuda_kernels.h"
 #include "kvcache.h"
 #include "model.h"
@@ -539,15 +540,16 @@ test_synth(const char *shared)
 		return;
 	}
 	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
-		if (t[i].n_dev > cuda_device_count()) {
-			diag("%s %s on %d devices: too few devices", t[i].shape,
-			    t[i].type, t[i].n_dev);
+		if (t[i].n_dev > 1 && (t[i].n_dev > cuda_device_count() ||
+		    !cuda_comm_built())) {
+			diag("%s %s on %d devices: too few devices or no nccl",
+			    t[i].shape, t[i].type, t[i].n_dev);
 			continue;
 		}
 		synth_one(synth, shared, tmp, t[i].shape, t[i].type, t[i].tol,
 		    t[i].n_dev, t[i].layers);
 	}
-	if (cuda_device_count() >= 2)
+	if (cuda_device_count() >= 2 && cuda_comm_built())
 		synth_refused(synth, shared, tmp);
 	rmdir(tmp);
 }
@@ -562,7 +564,7 @@ test_errors(const struct model *m, struct run *gpu, struct run *cpu)
 	int32_t			 bad = MAXV, good = 1;
 	char			*cause = NULL;
 	int			 dev = 99, rc;
-	struct backend_config	 cfg = { &dev, 1, 0 };
+	struct backend_config	 cfg = { .devices = &dev, .n_devices = 1 };
 	struct backend_inst	*bi;
 
 	memset(&seq, 0, sizeof seq);
@@ -841,13 +843,18 @@ main(void)
 	test_greedy(&gpu, &cpu, doc);
 	test_ragged(&gpu, &cpu, doc);
 	test_errors(m, &gpu, &cpu);
-	if (cuda_device_count() >= 4) {
+	/* One device through the tensor-parallel (NCCL) code path. */
+	if (cuda_comm_built())
 		test_tp(m, &cpu, doc, 1, 0, 1);
+	else
+		diag("no nccl: the collectives path is not tested");
+	if (cuda_device_count() >= 4 && cuda_comm_built()) {
 		test_tp(m, &cpu, doc, 2, 0, 0);
 		test_tp(m, &cpu, doc, 4, 0, 0);
 		test_tp_copy(m);
 	} else
-		diag("fewer than 4 devices: tensor parallelism not tested");
+		diag("fewer than 4 devices or no nccl: tensor parallelism "
+		    "not tested");
 	test_synth(shared);
 	test_refused_arch(shared);
 
