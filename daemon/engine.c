@@ -879,6 +879,7 @@ group_setup(struct engine *e, int i, char **cause)
 	bc.devices = gs->n_cpus > 0 ? gs->cpus : NULL;
 	bc.n_devices = gs->n_cpus;
 	bc.n_threads = gs->n_threads;
+	bc.graphs = e->conf.cuda_graphs;
 	if ((g->bi = e->ops->create(e->model, &bc, cause)) == NULL)
 		return (-1);
 	if ((g->pool = e->ops->kv_pool_create(g->bi, e->conf.kv_blocks,

@@ -320,6 +320,16 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 				    "or no", v);
 				rc = -1;
 			}
+		} else if (strcmp(k, "cuda-graphs") == 0) {
+			if (strcmp(v, "on") == 0 || strcmp(v, "yes") == 0)
+				o->cuda_graphs = 1;
+			else if (strcmp(v, "off") == 0 || strcmp(v, "no") == 0)
+				o->cuda_graphs = 0;
+			else {
+				set_cause(cause, "cuda-graphs '%s' is not on "
+				    "or off", v);
+				rc = -1;
+			}
 		} else if (strcmp(k, "policy-deadline") == 0)
 			rc = opt_u32(k, v, 1, 1000, &o->policy_deadline_ms,
 			    cause);
@@ -327,7 +337,8 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 			set_cause(cause, "unknown option '%s' (ctx, threads, kv, "
 			    "kv-tokens, block-size, max-batch-tokens, max-seqs, "
 			    "policy, policy.KEY, policy-deadline, groups, "
-			    "template, keep-alive, load, prefix-cache)", k);
+			    "template, keep-alive, load, prefix-cache, "
+			    "cuda-graphs)", k);
 			rc = -1;
 		}
 		free(key);
@@ -537,6 +548,7 @@ engine_config_of(struct instance *in, struct model *m,
 		memcpy(ec->groups, in->opts.groups, sizeof ec->groups);
 	}
 	ec->prefix_cache = !in->opts.no_prefix_cache;
+	ec->cuda_graphs = in->opts.cuda_graphs;
 	ec->policy_isolate = phased->conf.policy_isolation;
 	ec->policy_host = instance_policy_host();
 	ec->policy_deadline_ms = in->opts.policy_deadline_ms != 0 ?

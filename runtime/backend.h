@@ -26,6 +26,7 @@ struct backend_config {
 	int		 n_devices;
 	int		 n_threads;	/* cpu: threads; 0 = model opts, then all */
 	int		 collectives;	/* gpu: NCCL even for one device */
+	int		 graphs;	/* gpu: CUDA graphs for decode */
 };
 
 struct backend_ops {

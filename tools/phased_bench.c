@@ -32,7 +32,7 @@
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-r REPS] [-t THREADS]\n"
     "\t[--bw GBPS] [--bf16] [--json] [--backend NAME] [--devices N[,N...]]\n"
-    "\t[--collectives]";
+    "\t[--collectives] [--graphs]";
 
 struct pb_opts {
 	const char	*model;
@@ -50,6 +50,7 @@ struct pb_opts {
 	int		 devices[PB_MAX_LIST];	/* gpu ids of the group */
 	int		 n_devices;
 	int		 collectives;	/* NCCL even for one GPU */
+	int		 graphs;	/* decode as CUDA graphs */
 };
 
 /* One test's samples and summary, in tokens/s. */
@@ -141,6 +142,10 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 		}
 		if (strcmp(a, "--collectives") == 0) {
 			o->collectives = 1;
+			continue;
+		}
+		if (strcmp(a, "--graphs") == 0) {
+			o->graphs = 1;
 			continue;
 		}
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -422,6 +427,7 @@ main(int argc, char **argv)
 		cfg.n_devices = o.n_devices;
 	}
 	cfg.collectives = o.collectives;
+	cfg.graphs = o.graphs;
 	if ((p.bi = p.be->create(p.m, &cfg, &cause)) == NULL)
 		pb_die("%s: %s", o.model, cause);
 	mi = model_info(p.m);

@@ -57,6 +57,14 @@
 /* Tells a pool made here from any other struct kv_pool. */
 #define CUDA_POOL_MAGIC	0x63756461u	/* "cuda" */
 
+/*
+ * CUDA graphs of decode iterations: batches of one token per sequence of
+ * these sizes, block tables rounded up to a power of two, at most
+ * CUDA_MAX_GRAPHS shapes kept (the oldest goes).
+ */
+#define CUDA_MAX_GRAPHS		16
+#define CUDA_GRAPH_MAX_BATCH	64
+
 /* Most devices in a tensor-parallel group. */
 #define CUDA_MAX_RANKS	8
 
@@ -116,6 +124,15 @@ struct cuda_rank {
 	size_t			 attn_ws_bytes;
 };
 
+/* A captured decode iteration of one shape. */
+struct cuda_graph {
+	int			 batch;		/* sequences, one token each */
+	uint32_t		 max_blocks;	/* block table width */
+	uint64_t		 gen;		/* buf_gen it was captured at */
+	uint64_t		 last;		/* use stamp, for replacement */
+	cudaGraphExec_t		 exec;		/* NULL: seen once, not captured */
+};
+
 struct backend_inst {
 	const struct model	*m;
 	int			 n_ranks;
@@ -142,6 +159,16 @@ struct backend_inst {
 	int			 xfer_devs[CUDA_MAX_RANKS];
 	int			 xfer_refused;
 	uint64_t		 n_xfer_nccl, n_xfer_peer;
+
+	/*
+	 * Decode graphs (one device without collectives): captured on the
+	 * second iteration of a shape, replayed after.  buf_gen changes
+	 * whenever a buffer a graph points into is reallocated.
+	 */
+	int			 graphs;
+	struct cuda_graph	 graph[CUDA_MAX_GRAPHS];
+	uint64_t		 buf_gen, graph_clock;
+	uint64_t		 n_captured, n_replayed;
 };
 
 /* Put a CUDA runtime error into cause; true when there was one. */
@@ -396,6 +423,9 @@ cuda_destroy(struct backend_inst *bi)
 
 	if (bi == NULL)
 		return;
+	for (i = 0; i < CUDA_MAX_GRAPHS; i++)
+		if (bi->graph[i].exec != NULL)
+			cudaGraphExecDestroy(bi->graph[i].exec);
 	for (i = 0; i < bi->n_ranks; i++) {
 		rk = &bi->r[i];
 		if (cudaSetDevice(rk->dev) != cudaSuccess) {
@@ -513,6 +543,7 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 	bi->ff = (int)mi->n_ff / n;
 	for (i = 0; i < n; i++)
 		bi->r[i].dev = devs[i];
+	bi->graphs = cfg != NULL && cfg->graphs;
 	if ((n > 1 || (cfg != NULL && cfg->collectives)) &&
 	    (bi->comm = cuda_comm_create(devs, n, cause)) == NULL)
 		goto fail;
@@ -705,6 +736,7 @@ ensure_rows(struct backend_inst *bi, struct cuda_rank *rk, int rows,
 	cudaFree(rk->act);
 	rk->act = NULL;
 	rk->cap_rows = 0;
+	bi->buf_gen++;
 	CU(cudaMalloc((void **)&rk->act, (size_t)cap * per_row *
 	    sizeof(float)), "allocate activations");
 	rk->cap_rows = cap;
@@ -742,6 +774,7 @@ ensure_out(struct backend_inst *bi, int n_out, char **cause)
 	bi->d_out = NULL;
 	bi->h_logits = NULL;
 	bi->cap_out = 0;
+	bi->buf_gen++;
 	CU(cudaMalloc((void **)&bi->d_out, (size_t)cap * per_out *
 	    sizeof(float)), "allocate logits");
 	CU(cudaMallocHost((void **)&bi->h_logits, (size_t)cap *
@@ -774,6 +807,7 @@ ensure_meta(struct backend_inst *bi, size_t bytes, char **cause)
 		bi->r[i].d_meta = NULL;
 	}
 	bi->cap_meta = 0;
+	bi->buf_gen++;
 	CU(cudaSetDevice(bi->r[0].dev), "select device");
 	cudaFreeHost(bi->h_meta);
 	bi->h_meta = NULL;
@@ -792,10 +826,12 @@ fail:
 
 /* Make a rank's attention workspace hold bytes (0: none needed). */
 static int
-ensure_attn_ws(struct cuda_rank *rk, size_t bytes, char **cause)
+ensure_attn_ws(struct backend_inst *bi, struct cuda_rank *rk, size_t bytes,
+    char **cause)
 {
 	if (bytes <= rk->attn_ws_bytes)
 		return (0);
+	bi->buf_gen++;
 	CU(cudaStreamSynchronize(rk->stream), "drain stream");
 	cudaFree(rk->attn_ws);
 	rk->attn_ws = NULL;
@@ -883,6 +919,214 @@ sync_ranks(struct backend_inst *bi, const char *what, char **cause)
 }
 
 /*
+ * Queue the layers and the output head of a forward pass whose metadata
+ * (ml) is on every rank: the work a CUDA graph captures.  Every stream
+ * operation here must be one a capture records (kernels, cuBLAS, NCCL).
+ */
+static int
+enqueue_body(struct backend_inst *bi, struct cuda_pool *cp,
+    const struct meta_layout *ml, int T, int n_out,
+    struct cuda_attention_args *a, char **cause)
+{
+	const struct model_info	*mi = &bi->m->info;
+	const int		 dim = mi->n_embd, ff = bi->ff;
+	const int		 hd = mi->head_dim, nkv = bi->nkv;
+	const int		 qd = hd * bi->nh, kvd = hd * nkv;
+	struct cuda_attention_args aa = *a;
+	struct cuda_rank	*rk;
+	const struct cuda_layer	*l;
+	const int32_t		*dpos;
+	float			*xo, *lg;
+	uint32_t		 layer;
+	int			 i;
+
+	for (layer = 0; layer < mi->n_layers; layer++) {
+		/* Attention: each rank its heads, then one all-reduce. */
+		for (i = 0; i < bi->n_ranks; i++) {
+			rk = &bi->r[i];
+			l = &rk->layers[layer];
+			dpos = (const int32_t *)(rk->d_meta + ml->pos);
+			CU(cudaSetDevice(rk->dev), "select device");
+			KR(cuda_rmsnorm_forward(rk->xb, rk->x, l->attn_norm, T,
+			    dim, mi->rms_eps, rk->stream), "attention norm");
+			KR(cuda_matmul_forward(rk->blas, rk->q, rk->xb,
+			    CUDA_ACT_F32, l->wq.d, l->wq.type, T, dim, qd),
+			    "q projection");
+			KR(cuda_matmul_forward(rk->blas, rk->k, rk->xb,
+			    CUDA_ACT_F32, l->wk.d, l->wk.type, T, dim, kvd),
+			    "k projection");
+			KR(cuda_matmul_forward(rk->blas, rk->v, rk->xb,
+			    CUDA_ACT_F32, l->wv.d, l->wv.type, T, dim, kvd),
+			    "v projection");
+			KR(cuda_rope_forward(rk->q, dpos, T, bi->nh, hd,
+			    mi->n_rot, mi->rope_freq_base, rk->stream),
+			    "rope q");
+			KR(cuda_rope_forward(rk->k, dpos, T, nkv, hd, mi->n_rot,
+			    mi->rope_freq_base, rk->stream), "rope k");
+			KR(cuda_kv_store_forward(pool_k(cp, i, layer),
+			    pool_v(cp, i, layer), rk->k, rk->v,
+			    (const int32_t *)(rk->d_meta + ml->slots), T, nkv,
+			    hd, rk->stream), "kv store");
+
+			aa.out = rk->att;
+			aa.q = rk->q;
+			aa.block_tables = (const int32_t *)(rk->d_meta +
+			    ml->tables);
+			aa.seqs = (const struct attn_seq *)(rk->d_meta +
+			    ml->seqs);
+			aa.workspace = rk->attn_ws;
+			aa.workspace_bytes = rk->attn_ws_bytes;
+			aa.k_cache = pool_k(cp, i, layer);
+			aa.v_cache = pool_v(cp, i, layer);
+			KR(cuda_attention_forward(&aa, rk->stream), "attention");
+
+			KR(cuda_matmul_forward(rk->blas, rk->xb, rk->att,
+			    CUDA_ACT_F32, l->wo.d, l->wo.type, T, qd, dim),
+			    "attention output");
+		}
+		if (all_reduce_xb(bi, T, cause) != 0)
+			goto fail;
+
+		/* FFN: each rank its columns, then one all-reduce. */
+		for (i = 0; i < bi->n_ranks; i++) {
+			rk = &bi->r[i];
+			l = &rk->layers[layer];
+			CU(cudaSetDevice(rk->dev), "select device");
+			KR(cuda_add_forward(rk->x, rk->x, rk->xb,
+			    (size_t)T * dim, rk->stream), "attention residual");
+			KR(cuda_rmsnorm_forward(rk->xb, rk->x, l->ffn_norm, T,
+			    dim, mi->rms_eps, rk->stream), "ffn norm");
+			KR(cuda_matmul_forward(rk->blas, rk->hb, rk->xb,
+			    CUDA_ACT_F32, l->w_gate.d, l->w_gate.type, T, dim,
+			    ff), "ffn gate");
+			KR(cuda_matmul_forward(rk->blas, rk->hb2, rk->xb,
+			    CUDA_ACT_F32, l->w_up.d, l->w_up.type, T, dim, ff),
+			    "ffn up");
+			KR(cuda_swiglu_forward(rk->hb, rk->hb, rk->hb2,
+			    (size_t)T * ff, rk->stream), "swiglu");
+			KR(cuda_matmul_forward(rk->blas, rk->xb, rk->hb,
+			    CUDA_ACT_F32, l->w_down.d, l->w_down.type, T, ff,
+			    dim), "ffn down");
+		}
+		if (all_reduce_xb(bi, T, cause) != 0)
+			goto fail;
+		for (i = 0; i < bi->n_ranks; i++) {
+			rk = &bi->r[i];
+			CU(cudaSetDevice(rk->dev), "select device");
+			KR(cuda_add_forward(rk->x, rk->x, rk->xb,
+			    (size_t)T * dim, rk->stream), "ffn residual");
+		}
+	}
+
+	/*
+	 * The output head, on rank 0, only for the last row of entries
+	 * wanting logits: those rows are gathered as an embedding lookup with
+	 * x as an F32 table of T rows.
+	 */
+	rk = &bi->r[0];
+	CU(cudaSetDevice(rk->dev), "select device");
+	if (n_out > 0) {
+		xo = bi->d_out;
+		lg = bi->d_out + (size_t)bi->cap_out * dim;
+		KR(cuda_embedding_forward(xo, rk->x, TT_F32, dim, T,
+		    (const int32_t *)(rk->d_meta + ml->out_rows), n_out,
+		    rk->stream), "gather output rows");
+		KR(cuda_rmsnorm_forward(xo, xo, rk->output_norm, n_out, dim,
+		    mi->rms_eps, rk->stream), "output norm");
+		KR(cuda_matmul_forward(rk->blas, lg, xo, CUDA_ACT_F32,
+		    rk->output.d, rk->output.type, n_out, dim, mi->n_vocab),
+		    "output head");
+	}
+	return (0);
+fail:
+	return (-1);
+}
+
+/*
+ * The graph slot of a decode shape: its own, else a free or the least
+ * recently used one, reset to the shape (exec NULL).
+ */
+static struct cuda_graph *
+graph_slot(struct backend_inst *bi, int batch, uint32_t max_blocks)
+{
+	struct cuda_graph	*g, *old = &bi->graph[0];
+	int			 i;
+
+	for (i = 0; i < CUDA_MAX_GRAPHS; i++) {
+		g = &bi->graph[i];
+		if (g->batch == batch && g->max_blocks == max_blocks)
+			return (g);
+		if (g->last < old->last)
+			old = g;
+	}
+	if (old->exec != NULL)
+		cudaGraphExecDestroy(old->exec);
+	memset(old, 0, sizeof *old);
+	old->batch = batch;
+	old->max_blocks = max_blocks;
+	return (old);
+}
+
+/*
+ * Queue the body of a forward pass: as it is, or, for a decode shape
+ * (graph), as the replay of its graph, which is captured the second time
+ * the shape comes (the first run has grown every buffer and scratch space
+ * the work needs, so that nothing is allocated while capturing) and again
+ * whenever a buffer it points into has moved.
+ */
+static int
+run_body(struct backend_inst *bi, struct cuda_pool *cp,
+    const struct meta_layout *ml, int T, int n_out,
+    struct cuda_attention_args *aa, int graph, char **cause)
+{
+	struct cuda_graph	*g;
+	cudaStream_t		 s = bi->r[0].stream;
+	cudaGraph_t		 cg = NULL;
+	cudaError_t		 e;
+	int			 rc;
+
+	if (!graph)
+		return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
+	g = graph_slot(bi, T, (uint32_t)aa->max_blocks);
+	g->last = ++bi->graph_clock;
+	if (g->exec != NULL && g->gen != bi->buf_gen) {
+		cudaGraphExecDestroy(g->exec);
+		g->exec = NULL;
+		g->gen = 0;
+	}
+	if (g->exec == NULL && g->gen != bi->buf_gen) {
+		/* First sight (at this buffer generation): run it plainly. */
+		g->gen = bi->buf_gen;
+		return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
+	}
+	if (g->exec == NULL) {
+		CU(cudaSetDevice(bi->r[0].dev), "select device");
+		CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
+		    "begin decode graph capture");
+		rc = enqueue_body(bi, cp, ml, T, n_out, aa, cause);
+		e = cudaStreamEndCapture(s, &cg);
+		if (rc != 0 || cu_failed(e, "end decode graph capture",
+		    cause)) {
+			if (cg != NULL)
+				cudaGraphDestroy(cg);
+			return (-1);
+		}
+		e = cudaGraphInstantiate(&g->exec, cg, 0);
+		cudaGraphDestroy(cg);
+		if (cu_failed(e, "instantiate decode graph", cause)) {
+			g->exec = NULL;
+			return (-1);
+		}
+		bi->n_captured++;
+	}
+	CU(cudaGraphLaunch(g->exec, s), "launch decode graph");
+	bi->n_replayed++;
+	return (0);
+fail:
+	return (-1);
+}
+
+/*
  * One forward pass over a ragged batch on the instance's devices: every
  * rank's work is queued in turn on its stream, the two all-reduces of each
  * layer between them.
@@ -892,21 +1136,19 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
     struct fwd_batch *b, char **cause)
 {
 	const struct model_info	*mi = &bi->m->info;
-	const int		 dim = mi->n_embd, ff = bi->ff;
+	const int		 dim = mi->n_embd;
 	const int		 hd = mi->head_dim, nkv = bi->nkv;
-	const int		 qd = hd * bi->nh, kvd = hd * nkv;
 	struct cuda_pool	*cp = cuda_pool_of(pool);
 	struct cuda_rank	*rk;
 	struct meta_layout	 ml;
 	struct cuda_attention_args aa;
 	const struct fwd_entry	*e;
-	const struct cuda_layer	*l;
 	struct attn_seq		*hs;
-	const int32_t		*dpos;
 	int32_t			*htok, *hpos, *hslot, *htab, *hout;
-	float			*xo, *lg;
-	uint32_t		 max_blocks = 1, p, layer;
+	float			*lg;
+	uint32_t		 max_blocks = 1, p;
 	int			 T, n_out, n, i, row, r, max_q = 1, max_ctx = 1;
+	int			 graph;
 	size_t			 ws;
 
 	if (cp == NULL || cp->bi != bi) {
@@ -928,6 +1170,21 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 		if ((int)p > max_ctx)
 			max_ctx = (int)p;
 	}
+	/*
+	 * A decode iteration of a common size may run as a graph: its block
+	 * tables are widened to a power of two, and the longest context to
+	 * their span, so that one graph serves many iterations.
+	 */
+	graph = bi->graphs && bi->n_ranks == 1 && bi->comm == NULL &&
+	    max_q == 1 && n_out == T && T <= CUDA_GRAPH_MAX_BATCH &&
+	    (T & (T - 1)) == 0;
+	if (graph) {
+		p = 1;
+		while (p < max_blocks)
+			p *= 2;
+		max_blocks = p;
+		max_ctx = (int)(max_blocks * KV_BLOCK);
+	}
 	if (meta_layout(&ml, T, b->n_seqs, max_blocks, cause) != 0)
 		return (-1);
 
@@ -941,7 +1198,7 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 	for (i = 0; i < bi->n_ranks; i++) {
 		CU(cudaSetDevice(bi->r[i].dev), "select device");
 		if (ensure_rows(bi, &bi->r[i], T, cause) != 0 ||
-		    ensure_attn_ws(&bi->r[i], ws, cause) != 0 ||
+		    ensure_attn_ws(bi, &bi->r[i], ws, cause) != 0 ||
 		    (i == 0 && ensure_out(bi, n_out, cause) != 0))
 			return (-1);
 	}
@@ -998,102 +1255,12 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 	aa.scale = 1.0f / sqrtf((float)hd);
 	aa.split_len = 0;
 
-	for (layer = 0; layer < mi->n_layers; layer++) {
-		/* Attention: each rank its heads, then one all-reduce. */
-		for (i = 0; i < bi->n_ranks; i++) {
-			rk = &bi->r[i];
-			l = &rk->layers[layer];
-			dpos = (const int32_t *)(rk->d_meta + ml.pos);
-			CU(cudaSetDevice(rk->dev), "select device");
-			KR(cuda_rmsnorm_forward(rk->xb, rk->x, l->attn_norm, T,
-			    dim, mi->rms_eps, rk->stream), "attention norm");
-			KR(cuda_matmul_forward(rk->blas, rk->q, rk->xb,
-			    CUDA_ACT_F32, l->wq.d, l->wq.type, T, dim, qd),
-			    "q projection");
-			KR(cuda_matmul_forward(rk->blas, rk->k, rk->xb,
-			    CUDA_ACT_F32, l->wk.d, l->wk.type, T, dim, kvd),
-			    "k projection");
-			KR(cuda_matmul_forward(rk->blas, rk->v, rk->xb,
-			    CUDA_ACT_F32, l->wv.d, l->wv.type, T, dim, kvd),
-			    "v projection");
-			KR(cuda_rope_forward(rk->q, dpos, T, bi->nh, hd,
-			    mi->n_rot, mi->rope_freq_base, rk->stream),
-			    "rope q");
-			KR(cuda_rope_forward(rk->k, dpos, T, nkv, hd, mi->n_rot,
-			    mi->rope_freq_base, rk->stream), "rope k");
-			KR(cuda_kv_store_forward(pool_k(cp, i, layer),
-			    pool_v(cp, i, layer), rk->k, rk->v,
-			    (const int32_t *)(rk->d_meta + ml.slots), T, nkv,
-			    hd, rk->stream), "kv store");
-
-			aa.out = rk->att;
-			aa.q = rk->q;
-			aa.block_tables = (const int32_t *)(rk->d_meta +
-			    ml.tables);
-			aa.seqs = (const struct attn_seq *)(rk->d_meta +
-			    ml.seqs);
-			aa.workspace = rk->attn_ws;
-			aa.workspace_bytes = rk->attn_ws_bytes;
-			aa.k_cache = pool_k(cp, i, layer);
-			aa.v_cache = pool_v(cp, i, layer);
-			KR(cuda_attention_forward(&aa, rk->stream), "attention");
-
-			KR(cuda_matmul_forward(rk->blas, rk->xb, rk->att,
-			    CUDA_ACT_F32, l->wo.d, l->wo.type, T, qd, dim),
-			    "attention output");
-		}
-		if (all_reduce_xb(bi, T, cause) != 0)
-			goto fail;
-
-		/* FFN: each rank its columns, then one all-reduce. */
-		for (i = 0; i < bi->n_ranks; i++) {
-			rk = &bi->r[i];
-			l = &rk->layers[layer];
-			CU(cudaSetDevice(rk->dev), "select device");
-			KR(cuda_add_forward(rk->x, rk->x, rk->xb,
-			    (size_t)T * dim, rk->stream), "attention residual");
-			KR(cuda_rmsnorm_forward(rk->xb, rk->x, l->ffn_norm, T,
-			    dim, mi->rms_eps, rk->stream), "ffn norm");
-			KR(cuda_matmul_forward(rk->blas, rk->hb, rk->xb,
-			    CUDA_ACT_F32, l->w_gate.d, l->w_gate.type, T, dim,
-			    ff), "ffn gate");
-			KR(cuda_matmul_forward(rk->blas, rk->hb2, rk->xb,
-			    CUDA_ACT_F32, l->w_up.d, l->w_up.type, T, dim, ff),
-			    "ffn up");
-			KR(cuda_swiglu_forward(rk->hb, rk->hb, rk->hb2,
-			    (size_t)T * ff, rk->stream), "swiglu");
-			KR(cuda_matmul_forward(rk->blas, rk->xb, rk->hb,
-			    CUDA_ACT_F32, l->w_down.d, l->w_down.type, T, ff,
-			    dim), "ffn down");
-		}
-		if (all_reduce_xb(bi, T, cause) != 0)
-			goto fail;
-		for (i = 0; i < bi->n_ranks; i++) {
-			rk = &bi->r[i];
-			CU(cudaSetDevice(rk->dev), "select device");
-			KR(cuda_add_forward(rk->x, rk->x, rk->xb,
-			    (size_t)T * dim, rk->stream), "ffn residual");
-		}
-	}
-
-	/*
-	 * The output head, on rank 0, only for the last row of entries
-	 * wanting logits: those rows are gathered as an embedding lookup with
-	 * x as an F32 table of T rows.
-	 */
+	if (run_body(bi, cp, &ml, T, n_out, &aa, graph, cause) != 0)
+		goto fail;
 	rk = &bi->r[0];
 	CU(cudaSetDevice(rk->dev), "select device");
 	if (n_out > 0) {
-		xo = bi->d_out;
 		lg = bi->d_out + (size_t)bi->cap_out * dim;
-		KR(cuda_embedding_forward(xo, rk->x, TT_F32, dim, T,
-		    (const int32_t *)(rk->d_meta + ml.out_rows), n_out,
-		    rk->stream), "gather output rows");
-		KR(cuda_rmsnorm_forward(xo, xo, rk->output_norm, n_out, dim,
-		    mi->rms_eps, rk->stream), "output norm");
-		KR(cuda_matmul_forward(rk->blas, lg, xo, CUDA_ACT_F32,
-		    rk->output.d, rk->output.type, n_out, dim, mi->n_vocab),
-		    "output head");
 		CU(cudaMemcpyAsync(bi->h_logits, lg, (size_t)n_out *
 		    mi->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
 		    rk->stream), "copy logits");
@@ -1325,6 +1492,15 @@ fail:
 	sync_ranks(src, "kv copy", NULL);
 	kv_seq_release(dst_pool, dst_seq);
 	return (-1);
+}
+
+/* How many decode graphs bi has captured and replayed. */
+void
+backend_cuda_graph_counts(const struct backend_inst *bi, uint64_t *captured,
+    uint64_t *replayed)
+{
+	*captured = bi->n_captured;
+	*replayed = bi->n_replayed;
 }
 
 /* How many KV transfers into bi went by NCCL and by peer copies. */

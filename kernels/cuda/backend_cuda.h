@@ -16,6 +16,9 @@ extern const struct backend_ops backend_cuda_ops;
  * How many KV transfers from other groups into an instance went by NCCL
  * sends and receives and how many by peer copies (for tests and logs).
  */
+/* How many decode graphs an instance has captured and replayed. */
+void	backend_cuda_graph_counts(const struct backend_inst *,
+	    uint64_t *captured, uint64_t *replayed);
 void	backend_cuda_kv_transfers(const struct backend_inst *, uint64_t *nccl,
 	    uint64_t *peer);
 

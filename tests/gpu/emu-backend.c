@@ -31,6 +31,8 @@ cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
     cudaStream_t st)
 {
 	(void)st;
+	if (emu_capturing())
+		return (cudaErrorInvalidValue);	/* not recorded */
 	return (cudaMemcpy(d, s, n, k));
 }
 
@@ -39,6 +41,8 @@ cudaError_t
 cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
 {
 	(void)st;
+	if (emu_capturing())
+		return (cudaErrorInvalidValue);
 	memset(d, v, n);
 	return (cudaSuccess);
 }

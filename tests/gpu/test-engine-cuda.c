@@ -626,6 +626,37 @@ test_tp(const struct model *m, struct run *cpu, const char *doc, int n,
 }
 
 /*
+ * Decode iterations as CUDA graphs on one device: the golden continuation
+ * and the ragged batches as without them, with graphs captured once per
+ * shape and replayed for most of the 200 steps.
+ */
+static void
+test_graphs(const struct model *m, struct run *cpu, const char *doc)
+{
+	struct backend_config	 cfg;
+	struct run		 gr;
+	uint64_t		 captured = 0, replayed = 0;
+	int			 dev = 0;
+
+	memset(&cfg, 0, sizeof cfg);
+	cfg.devices = &dev;
+	cfg.n_devices = 1;
+	cfg.graphs = 1;
+	diag("decode as cuda graphs");
+	if (!ok(run_start(&gr, &backend_cuda_ops, m, &cfg, 64) == 0,
+	    "cuda instance with graphs"))
+		return;
+	test_greedy(&gr, cpu, doc);
+	backend_cuda_graph_counts(gr.bi, &captured, &replayed);
+	/* Block tables of 1, 2, 4, 8 and 16 blocks: 205 positions. */
+	ok(captured == 5 && replayed >= 190, "5 decode graphs captured, %llu "
+	    "replays (%llu captured)", (unsigned long long)replayed,
+	    (unsigned long long)captured);
+	test_ragged(&gr, cpu, doc);
+	run_stop(&gr);
+}
+
+/*
  * KV moved between two groups of two devices (prefill on 0-1, decode on
  * 2-3) continues exactly as it would have in place; groups of other sizes
  * are refused; a group that does not divide the heads is refused.
@@ -843,6 +874,7 @@ main(void)
 	test_greedy(&gpu, &cpu, doc);
 	test_ragged(&gpu, &cpu, doc);
 	test_errors(m, &gpu, &cpu);
+	test_graphs(m, &cpu, doc);
 	/* One device through the tensor-parallel (NCCL) code path. */
 	if (cuda_comm_built())
 		test_tp(m, &cpu, doc, 1, 0, 1);

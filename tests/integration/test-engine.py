@@ -234,7 +234,8 @@ ok(rc == 1 and "unknown option 'frobs'" in err, "an unknown load option is refus
 for opt, want in (("policy-deadline=0", "policy-deadline 0 is out of range 1..1000"),
                   ("policy-deadline=5000", "policy-deadline 5000 is out of range 1..1000"),
                   ("keep-alive=soon", "keep-alive 'soon' is not a duration"),
-                  ("load=maybe", "load 'maybe' is not lazy or start")):
+                  ("load=maybe", "load 'maybe' is not lazy or start"),
+                  ("cuda-graphs=maybe", "cuda-graphs 'maybe' is not on or off")):
     rc, out, err = d.ctl("load", "badopt", MODEL, opt)
     ok(rc == 1 and want in err, "load %s is refused by name" % opt, err)
 ok("badopt" not in models(d), "no model is left behind by the refused loads")
