@@ -1083,6 +1083,7 @@ run_body(struct backend_inst *bi, struct cuda_pool *cp,
 	cudaStream_t		 s = bi->r[0].stream;
 	cudaGraph_t		 cg = NULL;
 	cudaError_t		 e;
+	char			*why = NULL;
 	int			 rc;
 
 	if (!graph)
@@ -1103,19 +1104,26 @@ run_body(struct backend_inst *bi, struct cuda_pool *cp,
 		CU(cudaSetDevice(bi->r[0].dev), "select device");
 		CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
 		    "begin decode graph capture");
-		rc = enqueue_body(bi, cp, ml, T, n_out, aa, cause);
+		rc = enqueue_body(bi, cp, ml, T, n_out, aa, &why);
 		e = cudaStreamEndCapture(s, &cg);
-		if (rc != 0 || cu_failed(e, "end decode graph capture",
-		    cause)) {
-			if (cg != NULL)
-				cudaGraphDestroy(cg);
-			return (-1);
+		if (rc == 0 && e == cudaSuccess) {
+			e = cudaGraphInstantiate(&g->exec, cg, 0);
+			if (e != cudaSuccess)
+				g->exec = NULL;
 		}
-		e = cudaGraphInstantiate(&g->exec, cg, 0);
-		cudaGraphDestroy(cg);
-		if (cu_failed(e, "instantiate decode graph", cause)) {
-			g->exec = NULL;
-			return (-1);
+		if (cg != NULL)
+			cudaGraphDestroy(cg);
+		if (rc != 0 || e != cudaSuccess) {
+			/*
+			 * Nothing captured has run: give up graphs for this
+			 * instance and do the work plainly.
+			 */
+			log_warnx("cuda: decode graphs turned off: %s",
+			    why != NULL ? why : cudaGetErrorString(e));
+			free(why);
+			cudaGetLastError();
+			bi->graphs = 0;
+			return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
 		}
 		bi->n_captured++;
 	}
