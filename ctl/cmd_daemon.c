@@ -24,7 +24,7 @@ void	ctl_print_model(const Phased__ModelInfo *, int json);
 void
 ctl_print_model(const Phased__ModelInfo *m, int json)
 {
-	size_t	i;
+	size_t	i, j;
 
 	if (json) {
 		printf("{\"name\":");
@@ -55,9 +55,14 @@ ctl_print_model(const Phased__ModelInfo *m, int json)
 			printf(",\"devices\":");
 			json_str(stdout, m->groups[i]->devices);
 			printf(",\"memory_bytes\":%" PRIu64 ",\"kv_blocks_total\":%u,"
-			    "\"kv_blocks_used\":%u}", m->groups[i]->memory_bytes,
+			    "\"kv_blocks_used\":%u,\"weight_bytes\":[",
+			    m->groups[i]->memory_bytes,
 			    m->groups[i]->kv_blocks_total,
 			    m->groups[i]->kv_blocks_used);
+			for (j = 0; j < m->groups[i]->n_weight_bytes; j++)
+				printf("%s%" PRIu64, j ? "," : "",
+				    m->groups[i]->weight_bytes[j]);
+			printf("]}");
 		}
 		printf("]}");
 		return;
@@ -77,6 +82,11 @@ ctl_print_model(const Phased__ModelInfo *m, int json)
 		if (m->groups[i]->memory_bytes != 0) {
 			printf(", memory ");
 			print_size(m->groups[i]->memory_bytes);
+		}
+		/* The weights on each device of a GPU group, in order. */
+		for (j = 0; j < m->groups[i]->n_weight_bytes; j++) {
+			printf("%s", j == 0 ? ", weights per device " : " / ");
+			print_size(m->groups[i]->weight_bytes[j]);
 		}
 		printf("\n");
 	}

@@ -83,6 +83,8 @@ struct egroup {
 	int			 started;
 	struct backend_inst	*bi;
 	struct kv_pool		*pool;
+	uint64_t		 weight_bytes[8];	/* per device of the group */
+	int			 n_weight;
 	uint64_t		 iteration;
 	struct phased_iter_stat	 hist[ENGINE_HIST];
 	uint32_t		 n_hist;
@@ -359,8 +361,11 @@ migrate(struct engine *e, struct ereq *r, int to)
 	struct egroup	*src = &e->groups[r->group], *dst = &e->groups[to];
 	struct kv_seq	 seq;
 	char		*cause = NULL;
+	uint64_t	 t0 = now_ns(), bytes;
 
 	memset(&seq, 0, sizeof seq);
+	bytes = (uint64_t)kv_pool_blocks_for(src->pool, r->seq.n_tokens) *
+	    src->pool->block_bytes;
 	if (e->ops->kv_copy == NULL || e->ops->kv_copy(dst->bi, dst->pool,
 	    &seq, src->bi, src->pool, &r->seq, &cause) != 0) {
 		log_debug("%s: migration of %llu to group %d deferred: %s",
@@ -369,6 +374,9 @@ migrate(struct engine *e, struct ereq *r, int to)
 		free(cause);
 		return (-1);
 	}
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFERS, 1);
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_BYTES, bytes);
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_NS, now_ns() - t0);
 	kv_seq_release(src->pool, &r->seq);
 	r->seq = seq;
 	r->group = to;
@@ -915,11 +923,14 @@ group_setup(struct engine *e, int i, char **cause)
 	bc.devices = gs->n_cpus > 0 ? gs->cpus : NULL;
 	bc.n_devices = gs->n_cpus;
 	bc.n_threads = gs->n_threads;
+	bc.graphs = e->conf.cuda_graphs;
 	if ((g->bi = e->ops->create(e->model, &bc, cause)) == NULL)
 		return (-1);
 	if ((g->pool = e->ops->kv_pool_create(g->bi, e->conf.kv_blocks,
 	    cause)) == NULL)
 		return (-1);
+	if (e->ops->weight_bytes != NULL)
+		g->n_weight = e->ops->weight_bytes(g->bi, g->weight_bytes, 8);
 	if (e->conf.prefix_cache && kv_prefix_enable(g->pool,
 	    prefix_seed(e, i)) != 0) {
 		set_cause(cause, "kv pool of group %d is in use", i);
@@ -1311,6 +1322,8 @@ engine_counts(struct engine *e, struct engine_counts *c)
 		c->devices[i] = e->groups[i].devices;
 		c->kv_bytes[i] = (uint64_t)e->groups[i].pool->block_bytes *
 		    e->groups[i].pool->n_blocks;
+		c->weight_bytes[i] = e->groups[i].weight_bytes;
+		c->n_weight[i] = e->groups[i].n_weight;
 	}
 	c->block_size = e->n_groups > 0 ?
 	    e->groups[0].pool->layout.block_size : 0;

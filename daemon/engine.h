@@ -42,6 +42,7 @@ struct engine_config {
 	const char		*policy_host;	/* phased-policy-host */
 	uint32_t		 policy_deadline_ms; /* per call; 0: automatic */
 	int			 prefix_cache;	/* reuse cached KV of prompts */
+	int			 cuda_graphs;	/* decode iterations as CUDA graphs */
 };
 
 /* What a generation asks for (the engine copies it). */
@@ -180,6 +181,8 @@ struct engine_counts {
 	int		 roles[ENGINE_MAX_GROUPS];
 	const char	*devices[ENGINE_MAX_GROUPS];
 	uint64_t	 kv_bytes[ENGINE_MAX_GROUPS];
+	const uint64_t	*weight_bytes[ENGINE_MAX_GROUPS];	/* per device */
+	int		 n_weight[ENGINE_MAX_GROUPS];	/* 0: host memory */
 	int		 n_groups;
 	uint32_t	 block_size;
 };

@@ -50,25 +50,62 @@ struct load_msg {
 	char		*pol_cause;
 };
 
-/* Parse a GPU such as "cuda0" into spec: one device per group. */
+/*
+ * Parse GPUs such as "cuda0", "cuda0-3" or "cuda0+cuda1" into spec; a group
+ * of several runs the model tensor-parallel across them.
+ */
 static int
 parse_gpu(const char *s, struct engine_group_spec *gs, char **cause)
 {
-	char	*end;
-	long	 n;
+	char	*copy, *tok, *save = NULL, *end;
+	long	 a, b, i;
+	int	 j;
 
-	n = strtol(s + 4, &end, 10);
-	if (end == s + 4 || *end != '\0' || n < 0 || n > 255) {
-		set_cause(cause, "bad device '%s' (expected e.g. cuda0; a GPU "
-		    "group holds one device)", s);
-		return (-1);
+	copy = xstrdup(s);
+	for (tok = strtok_r(copy, "+", &save); tok != NULL;
+	    tok = strtok_r(NULL, "+", &save)) {
+		if (strncmp(tok, "cuda", 4) != 0)
+			goto bad;
+		a = strtol(tok + 4, &end, 10);
+		if (end == tok + 4 || (*end != '\0' && *end != '-'))
+			goto bad;
+		b = a;
+		if (*end == '-') {
+			tok = end + 1;
+			b = strtol(tok, &end, 10);
+			if (end == tok || *end != '\0')
+				goto bad;
+		}
+		if (a < 0 || b < a || b > 255)
+			goto bad;
+		for (i = a; i <= b; i++) {
+			for (j = 0; j < gs->n_cpus; j++) {
+				if (gs->cpus[j] == (int)i) {
+					set_cause(cause, "device group %s lists "
+					    "cuda%ld twice", s, i);
+					free(copy);
+					return (-1);
+				}
+			}
+			if (gs->n_cpus == 8) {
+				set_cause(cause, "device group %s lists more "
+				    "than 8 gpus", s);
+				free(copy);
+				return (-1);
+			}
+			gs->cpus[gs->n_cpus++] = (int)i;
+		}
 	}
-	gs->cpus[0] = (int)n;
-	gs->n_cpus = 1;
+	free(copy);
 	gs->n_threads = 1;
 	snprintf(gs->backend, sizeof gs->backend, "cuda");
 	snprintf(gs->devices, sizeof gs->devices, "%s", s);
 	return (0);
+bad:
+	free(copy);
+	set_cause(cause, "bad device '%s' (expected e.g. cuda0, cuda0-1 or "
+	    "cuda0+cuda2)", s);
+	return (-1);
 }
 
 /* Parse a CPU list such as "cpu0-1" or "cpu0+cpu2" (or a GPU) into spec. */
@@ -285,6 +322,16 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 				    "or no", v);
 				rc = -1;
 			}
+		} else if (strcmp(k, "cuda-graphs") == 0) {
+			if (strcmp(v, "on") == 0 || strcmp(v, "yes") == 0)
+				o->cuda_graphs = 1;
+			else if (strcmp(v, "off") == 0 || strcmp(v, "no") == 0)
+				o->cuda_graphs = 0;
+			else {
+				set_cause(cause, "cuda-graphs '%s' is not on "
+				    "or off", v);
+				rc = -1;
+			}
 		} else if (strcmp(k, "policy-deadline") == 0)
 			rc = opt_u32(k, v, 1, 1000, &o->policy_deadline_ms,
 			    cause);
@@ -292,7 +339,8 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 			set_cause(cause, "unknown option '%s' (ctx, threads, kv, "
 			    "kv-tokens, block-size, max-batch-tokens, max-seqs, "
 			    "policy, policy.KEY, policy-deadline, groups, "
-			    "template, keep-alive, load, prefix-cache)", k);
+			    "template, keep-alive, load, prefix-cache, "
+			    "cuda-graphs)", k);
 			rc = -1;
 		}
 		free(key);
@@ -502,6 +550,7 @@ engine_config_of(struct instance *in, struct model *m,
 		memcpy(ec->groups, in->opts.groups, sizeof ec->groups);
 	}
 	ec->prefix_cache = !in->opts.no_prefix_cache;
+	ec->cuda_graphs = in->opts.cuda_graphs;
 	ec->policy_isolate = phased->conf.policy_isolation;
 	ec->policy_host = instance_policy_host();
 	ec->policy_deadline_ms = in->opts.policy_deadline_ms != 0 ?
@@ -1009,6 +1058,8 @@ instance_infos(struct inst_infos *ii)
 				g->has_kv_blocks_total = g->has_kv_blocks_used = 1;
 				g->kv_blocks_total = ec.kv_total[i];
 				g->kv_blocks_used = ec.kv_used[i];
+				g->n_weight_bytes = (size_t)ec.n_weight[i];
+				g->weight_bytes = (uint64_t *)ec.weight_bytes[i];
 				m->kv_blocks_total += ec.kv_total[i];
 				m->kv_blocks_used += ec.kv_used[i];
 				m->n_groups++;

@@ -20,7 +20,7 @@
 #define TRACE_MAX_SECONDS	3600
 
 /* Counters of a model: finished by reason, then the wait causes. */
-#define STATS_NCOUNTERS	(FINISH__COUNT + WAIT__COUNT)
+#define STATS_NCOUNTERS	(FINISH__COUNT + WAIT__COUNT + 2)
 
 /* The share histograms of one model, kept until the reply is sent. */
 struct wait_shares {
@@ -119,6 +119,11 @@ fill_model_stats(struct instance *in, const struct inst_snapshot *sn,
 	for (i = 0; i < WAIT__COUNT; i++)
 		xasprintf(&counters[FINISH__COUNT + i], "wait_%s_ms=%.3f",
 		    wait_cause_names[i], sn->wait_ns[i] / 1e6);
+	/* KV moved between device groups, since start. */
+	xasprintf(&counters[FINISH__COUNT + WAIT__COUNT], "kv_transfer_bytes=%llu",
+	    (unsigned long long)sn->counters[CNT_KV_TRANSFER_BYTES]);
+	xasprintf(&counters[FINISH__COUNT + WAIT__COUNT + 1],
+	    "kv_transfer_ms=%.3f", sn->counters[CNT_KV_TRANSFER_NS] / 1e6);
 	ms->n_counters = STATS_NCOUNTERS;
 	ms->counters = counters;
 	ms->has_prefix_cache_queries = ms->has_prefix_cache_hit_tokens =

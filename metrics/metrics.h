@@ -268,6 +268,9 @@ enum metric_counter {
 	CNT_POLICY_TARGET_US,	/* iteration time it aimed under (gauge) */
 	CNT_POLICY_PREDICTED_US, /* its forecast of the last iteration (gauge) */
 	CNT_ITER_MEASURED_US,	/* what the last iteration took (gauge) */
+	CNT_KV_TRANSFERS,	/* KV moves between device groups */
+	CNT_KV_TRANSFER_BYTES,	/* bytes of KV blocks they moved */
+	CNT_KV_TRANSFER_NS,	/* time spent moving them */
 	CNT__COUNT
 };
 

@@ -381,6 +381,15 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 	    get_pol_predicted);
 	prom_computed(sb, "phased_iteration_last_seconds",
 	    "What the last iteration took.", snaps, n, get_iter_measured);
+	prom_field(sb, "phased_kv_transfers_total", "counter",
+	    "Requests' KV moved from one device group to another.", snaps, n,
+	    S(counters[CNT_KV_TRANSFERS]));
+	prom_field(sb, "phased_kv_transfer_bytes_total", "counter",
+	    "Bytes of KV blocks moved between device groups.", snaps, n,
+	    S(counters[CNT_KV_TRANSFER_BYTES]));
+	prom_field(sb, "phased_kv_transfer_seconds_total", "counter",
+	    "Time spent moving KV between device groups.", snaps, n,
+	    S(counters[CNT_KV_TRANSFER_NS]) / 1e9);
 
 	prom_field(sb, "phased_kv_blocks_used", "gauge",
 	    "KV cache blocks in use.", snaps, n, S(kv_used));

@@ -25,6 +25,8 @@ struct backend_config {
 	const int	*devices;	/* cpu: CPU ids to pin to; gpu: ids */
 	int		 n_devices;
 	int		 n_threads;	/* cpu: threads; 0 = model opts, then all */
+	int		 collectives;	/* gpu: NCCL even for one device */
+	int		 graphs;	/* gpu: CUDA graphs for decode */
 };
 
 struct backend_ops {
@@ -52,6 +54,14 @@ struct backend_ops {
 			    struct kv_pool *dst_pool, struct kv_seq *dst_seq,
 			    struct backend_inst *src, const struct kv_pool *src_pool,
 			    const struct kv_seq *src_seq, char **cause);
+	/*
+	 * Bytes of device memory the weights take on each device of the
+	 * group, in its order, into per_device[0..max-1]; returns how many
+	 * devices were filled.  Optional: without it (or 0) the weights are
+	 * not in device memory.
+	 */
+	int		(*weight_bytes)(struct backend_inst *,
+			    uint64_t *per_device, int max);
 };
 
 extern const struct backend_ops backend_cpu_ops;

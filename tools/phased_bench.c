@@ -31,7 +31,8 @@
 
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-r REPS] [-t THREADS]\n"
-    "\t[--bw GBPS] [--bf16] [--json]";
+    "\t[--bw GBPS] [--bf16] [--json] [--backend NAME] [--devices N[,N...]]\n"
+    "\t[--collectives] [--graphs]";
 
 struct pb_opts {
 	const char	*model;
@@ -45,6 +46,11 @@ struct pb_opts {
 	double		 bw_gbps;
 	int		 json;
 	int		 bf16;		/* bf16 dot products for F16/BF16 weights */
+	const char	*backend;	/* "cpu" (default) or "cuda" */
+	int		 devices[PB_MAX_LIST];	/* gpu ids of the group */
+	int		 n_devices;
+	int		 collectives;	/* NCCL even for one GPU */
+	int		 graphs;	/* decode as CUDA graphs */
 };
 
 /* One test's samples and summary, in tokens/s. */
@@ -134,6 +140,14 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 			o->bf16 = 1;
 			continue;
 		}
+		if (strcmp(a, "--collectives") == 0) {
+			o->collectives = 1;
+			continue;
+		}
+		if (strcmp(a, "--graphs") == 0) {
+			o->graphs = 1;
+			continue;
+		}
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			fprintf(stderr, "%s\n", pb_usage);
 			exit(0);
@@ -146,6 +160,10 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 			o->n_pp = pb_list(a, argv[++i], 0, PB_MAX_TOKENS, o->pp);
 		else if (strcmp(a, "-b") == 0)
 			o->n_batch = pb_list(a, argv[++i], 1, 1024, o->batch);
+		else if (strcmp(a, "--backend") == 0)
+			o->backend = argv[++i];
+		else if (strcmp(a, "--devices") == 0)
+			o->n_devices = pb_list(a, argv[++i], 0, 255, o->devices);
 		else if (strcmp(a, "-n") == 0 || strcmp(a, "-r") == 0 ||
 		    strcmp(a, "-t") == 0) {
 			if (parse_int(argv[++i], a[1] == 'n' ? 0 : a[1] == 'r' ?
@@ -391,8 +409,10 @@ main(int argc, char **argv)
 	memset(&mo, 0, sizeof mo);
 	mo.n_threads = o.threads;
 	mo.ctx = ctx;
-	if ((p.be = backend_find("cpu")) == NULL)
-		pb_die("no cpu backend");
+	if ((p.be = backend_find(o.backend != NULL ? o.backend : "cpu")) ==
+	    NULL)
+		pb_die("backend %s is not built", o.backend != NULL ?
+		    o.backend : "cpu");
 	if (o.bf16) {
 		if (!quant_bf16_dot_supported())
 			pb_die("--bf16: this CPU has no bf16 dot products");
@@ -402,6 +422,12 @@ main(int argc, char **argv)
 		pb_die("%s: %s", o.model, cause);
 	memset(&cfg, 0, sizeof cfg);
 	cfg.n_threads = o.threads;
+	if (o.n_devices > 0) {
+		cfg.devices = o.devices;
+		cfg.n_devices = o.n_devices;
+	}
+	cfg.collectives = o.collectives;
+	cfg.graphs = o.graphs;
 	if ((p.bi = p.be->create(p.m, &cfg, &cause)) == NULL)
 		pb_die("%s: %s", o.model, cause);
 	mi = model_info(p.m);

@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "backend_cuda.h"
+#include "comm.h"
 #include "cuda_kernels.h"
 #include "gguf.h"
 #include "kvcache.h"
@@ -37,13 +38,35 @@
  * F16 on the device, per layer [block][slot][kv_head][head_dim] (the
  * kernels' layout, kernel_defs.h), so blocks are KV_BLOCK tokens.
  *
- * Groups of several devices would need tensor parallelism (NCCL
- * all-reduce after the attention output and the FFN down products); it is
- * not built, so a group must name exactly one device.
+ * A group of N devices runs the model tensor-parallel (Megatron style),
+ * one rank per device, all driven from the engine thread: each rank holds
+ * n_head / N query heads and n_head_kv / N KV heads (Q, K, V split by
+ * output rows, i.e. columns of the product), n_ff / N FFN columns (gate
+ * and up split the same way), and the matching input slices of the
+ * attention output and FFN down weights (split by their rows in the
+ * x W convention: a slice of every GGUF row, on quantization block
+ * boundaries).  Each rank's partial output of those two products is
+ * summed by one NCCL all-reduce (F32), after which every rank holds the
+ * whole residual stream.  Norms and the token embedding are replicated on
+ * every rank, so no collective is needed before the first layer; the
+ * output norm and head live on rank 0 only, which computes the logits.
+ * Each rank's KV pages hold its own KV heads.  See HACKING for what
+ * crosses the interconnect per token.
  */
 
 /* Tells a pool made here from any other struct kv_pool. */
 #define CUDA_POOL_MAGIC	0x63756461u	/* "cuda" */
+
+/*
+ * CUDA graphs of decode iterations: batches of one token per sequence of
+ * these sizes, block tables rounded up to a power of two, at most
+ * CUDA_MAX_GRAPHS shapes kept (the oldest goes).
+ */
+#define CUDA_MAX_GRAPHS		16
+#define CUDA_GRAPH_MAX_BATCH	64
+
+/* Most devices in a tensor-parallel group. */
+#define CUDA_MAX_RANKS	8
 
 /* Smallest row capacity of the activation buffers (grown on demand). */
 #define CUDA_MIN_ROWS	64
@@ -74,38 +97,78 @@ struct cuda_pool {
 	struct kv_pool	 p;
 	uint32_t	 magic;
 	struct backend_inst *bi;	/* the instance that owns the memory */
-	uint16_t	*kv;		/* per layer: K, then V */
-	size_t		 cache_elems;	/* halves in one layer's K (or V) */
+	uint16_t	*kv[CUDA_MAX_RANKS]; /* per rank, per layer: K, then V */
+	size_t		 cache_elems;	/* halves in one layer's K (or V), per rank */
 };
 
-struct backend_inst {
-	const struct model	*m;
+/* One device of an instance: its share of the weights and its buffers. */
+struct cuda_rank {
 	int			 dev;
 	cudaStream_t		 stream;
 	struct cuda_blas	*blas;
 
-	struct cuda_mat		 tok_embd;
-	struct cuda_mat		 output;	/* aliases tok_embd when tied */
-	float			*output_norm;
+	struct cuda_mat		 tok_embd;	/* replicated */
+	struct cuda_mat		 output;	/* rank 0; aliases tok_embd when tied */
+	float			*output_norm;	/* rank 0 */
 	struct cuda_layer	*layers;
+	size_t			 weight_bytes;	/* device memory of the above */
 
 	/* Activations for up to cap_rows stacked tokens. */
 	int			 cap_rows;
 	float			*act;		/* one allocation for all below */
 	float			*x, *xb, *q, *k, *v, *att, *hb, *hb2;
 
-	/* Logits of up to cap_out rows, device and pinned host. */
+	uint8_t			*d_meta;	/* cap_meta bytes */
+
+	void			*attn_ws;
+	size_t			 attn_ws_bytes;
+};
+
+/* A captured decode iteration of one shape. */
+struct cuda_graph {
+	int			 batch;		/* sequences, one token each */
+	uint32_t		 max_blocks;	/* block table width */
+	uint64_t		 gen;		/* buf_gen it was captured at */
+	uint64_t		 last;		/* use stamp, for replacement */
+	cudaGraphExec_t		 exec;		/* NULL: seen once, not captured */
+};
+
+struct backend_inst {
+	const struct model	*m;
+	int			 n_ranks;
+	struct cuda_rank	 r[CUDA_MAX_RANKS];
+	struct cuda_comm	*comm;		/* NULL: one rank, no collectives */
+	int			 nh, nkv, ff;	/* per rank: heads, kv heads, ffn */
+
+	/* Logits of up to cap_out rows, on rank 0 and pinned host. */
 	int			 cap_out;
 	float			*d_out;		/* xo [cap_out][n_embd], then logits */
 	float			*h_logits;
 
-	/* Per-call metadata, pinned host staging and its device copy. */
+	/* Per-call metadata, pinned host staging (each rank has a copy). */
 	size_t			 cap_meta;
 	uint8_t			*h_meta;
-	uint8_t			*d_meta;
 
-	void			*attn_ws;
-	size_t			 attn_ws_bytes;
+	/*
+	 * KV transfer into this instance from another group: an NCCL clique
+	 * of the source's ranks then this one's, kept for the source's
+	 * devices (xfer_devs); xfer_refused when NCCL could not make it
+	 * (devices shared by the two groups), so peer copies are used.
+	 */
+	struct cuda_comm	*xfer;
+	int			 xfer_devs[CUDA_MAX_RANKS];
+	int			 xfer_refused;
+	uint64_t		 n_xfer_nccl, n_xfer_peer;
+
+	/*
+	 * Decode graphs (one device without collectives): captured on the
+	 * second iteration of a shape, replayed after.  buf_gen changes
+	 * whenever a buffer a graph points into is reallocated.
+	 */
+	int			 graphs;
+	struct cuda_graph	 graph[CUDA_MAX_GRAPHS];
+	uint64_t		 buf_gen, graph_clock;
+	uint64_t		 n_captured, n_replayed;
 };
 
 /* Put a CUDA runtime error into cause; true when there was one. */
@@ -162,133 +225,173 @@ cuda_type_ok(uint32_t type)
 	return (0);
 }
 
-/* Copy a GGUF tensor's data as it is to new device memory. */
+/* How a weight is shared out among the ranks of a group. */
+enum cuda_split {
+	SPLIT_NONE,		/* every rank holds all of it */
+	SPLIT_OUT,		/* rank r holds rows [r, r + 1) * n_out / N */
+	SPLIT_IN		/* rank r holds that slice of every row's n_in */
+};
+
+/* Copy n bytes of host data to new device memory on the current device. */
 static int
-upload_tensor(const struct model *m, const char *name, void **d,
-    uint32_t *type, char **cause)
+upload_bytes(const void *h, size_t n, void **d, const char *what,
+    char **cause)
+{
+	if (cu_failed(cudaMalloc(d, n), what, cause))
+		return (-1);
+	if (cu_failed(cudaMemcpy(*d, h, n, cudaMemcpyHostToDevice), what,
+	    cause)) {
+		cudaFree(*d);
+		*d = NULL;
+		return (-1);
+	}
+	return (0);
+}
+
+/*
+ * Upload rank's part of a weight of n_out rows of n_in (model_load checked
+ * the shape) as a matrix of its own: rows as they are in the GGUF file
+ * for SPLIT_OUT, a repacked copy of each row's slice for SPLIT_IN, which
+ * must fall on the type's block boundaries.
+ */
+static int
+upload_mat(struct backend_inst *bi, int rank, const char *name, int n_in,
+    int n_out, enum cuda_split split, struct cuda_mat *cm, char **cause)
 {
 	const struct gguf_tensor	*t;
-	char				 what[128];
+	const struct tensor_type_info	*ti;
+	const int			 N = bi->n_ranks;
+	const uint8_t			*src;
+	uint8_t				*h;
+	uint64_t			 row, part;
+	char				 what[160];
+	int				 i, rc;
 
-	t = gguf_find_tensor(m->gguf, name);
+	t = gguf_find_tensor(bi->m->gguf, name);
 	if (t == NULL) {
 		set_cause(cause, "cuda: missing tensor '%s'", name);
 		return (-1);
 	}
-	if (!cuda_type_ok(t->type)) {
+	if (!cuda_type_ok(t->type) || (ti = tensor_type_get(t->type)) == NULL) {
 		set_cause(cause, "cuda: tensor '%s': type %s not supported by "
 		    "the cuda kernels", name, tensor_type_name(t->type));
 		return (-1);
 	}
+	cm->type = t->type;
+	cm->n_in = split == SPLIT_IN ? n_in / N : n_in;
+	cm->n_out = split == SPLIT_OUT ? n_out / N : n_out;
+	row = tensor_row_bytes(ti, n_in);
 	snprintf(what, sizeof what, "upload '%s' (%" PRIu64 " bytes)", name,
 	    t->nbytes);
-	if (cu_failed(cudaMalloc(d, t->nbytes), what, cause))
-		return (-1);
-	if (cu_failed(cudaMemcpy(*d, t->data, t->nbytes,
-	    cudaMemcpyHostToDevice), what, cause)) {
-		cudaFree(*d);
-		*d = NULL;
-		return (-1);
+	if (split == SPLIT_NONE || N == 1)
+		rc = upload_bytes(t->data, t->nbytes, &cm->d, what, cause);
+	else if (split == SPLIT_OUT)
+		rc = upload_bytes((const uint8_t *)t->data + (size_t)rank *
+		    cm->n_out * row, (size_t)cm->n_out * row, &cm->d, what,
+		    cause);
+	else {
+		part = tensor_row_bytes(ti, cm->n_in);
+		if ((n_in % N) != 0 || part == 0) {
+			set_cause(cause, "cuda: tensor '%s': rows of %d split "
+			    "%d ways are not whole %s blocks of %u", name, n_in,
+			    N, ti->name, ti->block_elems);
+			return (-1);
+		}
+		h = xreallocarray(NULL, n_out, part);
+		src = (const uint8_t *)t->data + (size_t)rank * part;
+		for (i = 0; i < n_out; i++)
+			memcpy(h + (size_t)i * part, src + (size_t)i * row, part);
+		rc = upload_bytes(h, (size_t)n_out * part, &cm->d, what, cause);
+		free(h);
 	}
-	if (type != NULL)
-		*type = t->type;
-	return (0);
-}
-
-/* Upload a weight of n_out rows of n_in (model_load checked the shape). */
-static int
-upload_mat(const struct model *m, const char *name, int n_in, int n_out,
-    struct cuda_mat *cm, char **cause)
-{
-	cm->n_in = n_in;
-	cm->n_out = n_out;
-	return (upload_tensor(m, name, &cm->d, &cm->type, cause));
+	if (rc == 0)
+		bi->r[rank].weight_bytes += split == SPLIT_NONE ? t->nbytes :
+		    (size_t)cm->n_out * tensor_row_bytes(ti, cm->n_in);
+	return (rc);
 }
 
 /* Copy n host floats (a norm, already F32 in the model) to the device. */
 static int
-upload_floats(const float *h, size_t n, float **d, const char *name,
-    char **cause)
+upload_floats(struct cuda_rank *rk, const float *h, size_t n, float **d,
+    const char *name, char **cause)
 {
 	char	what[128];
 
 	snprintf(what, sizeof what, "upload '%s'", name);
-	if (cu_failed(cudaMalloc((void **)d, n * sizeof(float)), what, cause))
+	if (upload_bytes(h, n * sizeof(float), (void **)d, what, cause) != 0)
 		return (-1);
-	if (cu_failed(cudaMemcpy(*d, h, n * sizeof(float),
-	    cudaMemcpyHostToDevice), what, cause)) {
-		cudaFree(*d);
-		*d = NULL;
-		return (-1);
-	}
+	rk->weight_bytes += n * sizeof(float);
 	return (0);
 }
 
-/* Upload every weight of the model. */
+/* Upload rank's share of every weight of the model (device is current). */
 static int
-upload_weights(struct backend_inst *bi, char **cause)
+upload_weights(struct backend_inst *bi, int rank, char **cause)
 {
 	const struct model	*m = bi->m;
 	const struct model_info	*mi = &m->info;
+	struct cuda_rank	*rk = &bi->r[rank];
 	const int		 dim = mi->n_embd, ff = mi->n_ff;
 	const int		 kvd = mi->head_dim * mi->n_head_kv;
 	struct cuda_layer	*l;
 	char			 name[64];
 	uint32_t		 n;
 
-	if (upload_mat(m, "token_embd.weight", dim, mi->n_vocab, &bi->tok_embd,
-	    cause) != 0)
+	if (upload_mat(bi, rank, "token_embd.weight", dim, mi->n_vocab,
+	    SPLIT_NONE, &rk->tok_embd, cause) != 0)
 		return (-1);
-	if (upload_floats(m->output_norm, dim, &bi->output_norm,
-	    "output_norm.weight", cause) != 0)
-		return (-1);
-	if (m->output != m->tok_embd) {
-		if (upload_mat(m, "output.weight", dim, mi->n_vocab, &bi->output,
-		    cause) != 0)
+	if (rank == 0) {
+		if (upload_floats(rk, m->output_norm, dim, &rk->output_norm,
+		    "output_norm.weight", cause) != 0)
 			return (-1);
-	} else
-		bi->output = bi->tok_embd;
+		if (m->output != m->tok_embd) {
+			if (upload_mat(bi, rank, "output.weight", dim,
+			    mi->n_vocab, SPLIT_NONE, &rk->output, cause) != 0)
+				return (-1);
+		} else
+			rk->output = rk->tok_embd;
+	}
 
-	bi->layers = xcalloc(mi->n_layers, sizeof *bi->layers);
+	rk->layers = xcalloc(mi->n_layers, sizeof *rk->layers);
 	for (n = 0; n < mi->n_layers; n++) {
-		l = &bi->layers[n];
-#define MAT(field, what, n_in, n_out) do {				\
+		l = &rk->layers[n];
+#define MAT(field, what, n_in, n_out, split) do {			\
 	snprintf(name, sizeof name, "blk.%u.%s.weight", n, what);	\
-	if (upload_mat(m, name, n_in, n_out, &l->field, cause) != 0)	\
+	if (upload_mat(bi, rank, name, n_in, n_out, split, &l->field,	\
+	    cause) != 0)						\
 		return (-1);						\
 } while (0)
 #define VEC(field, what) do {						\
 	snprintf(name, sizeof name, "blk.%u.%s.weight", n, what);	\
-	if (upload_floats(m->layers[n].field, dim, &l->field, name,	\
+	if (upload_floats(rk, m->layers[n].field, dim, &l->field, name,	\
 	    cause) != 0)						\
 		return (-1);						\
 } while (0)
 		VEC(attn_norm, "attn_norm");
-		MAT(wq, "attn_q", dim, dim);
-		MAT(wk, "attn_k", dim, kvd);
-		MAT(wv, "attn_v", dim, kvd);
-		MAT(wo, "attn_output", dim, dim);
+		MAT(wq, "attn_q", dim, dim, SPLIT_OUT);
+		MAT(wk, "attn_k", dim, kvd, SPLIT_OUT);
+		MAT(wv, "attn_v", dim, kvd, SPLIT_OUT);
+		MAT(wo, "attn_output", dim, dim, SPLIT_IN);
 		VEC(ffn_norm, "ffn_norm");
-		MAT(w_gate, "ffn_gate", dim, ff);
-		MAT(w_up, "ffn_up", dim, ff);
-		MAT(w_down, "ffn_down", ff, dim);
+		MAT(w_gate, "ffn_gate", dim, ff, SPLIT_OUT);
+		MAT(w_up, "ffn_up", dim, ff, SPLIT_OUT);
+		MAT(w_down, "ffn_down", ff, dim, SPLIT_IN);
 #undef MAT
 #undef VEC
 	}
 	return (0);
 }
 
-/* Free the instance's weights and buffers (the device must be current). */
+/* Free a rank's weights and buffers (its device must be current). */
 static void
-free_device_memory(struct backend_inst *bi)
+free_rank_memory(const struct model_info *mi, struct cuda_rank *rk)
 {
-	const struct model_info	*mi = &bi->m->info;
 	struct cuda_layer	*l;
 	uint32_t		 n;
 
-	if (bi->layers != NULL) {
+	if (rk->layers != NULL) {
 		for (n = 0; n < mi->n_layers; n++) {
-			l = &bi->layers[n];
+			l = &rk->layers[n];
 			cudaFree(l->wq.d);
 			cudaFree(l->wk.d);
 			cudaFree(l->wv.d);
@@ -299,48 +402,86 @@ free_device_memory(struct backend_inst *bi)
 			cudaFree(l->attn_norm);
 			cudaFree(l->ffn_norm);
 		}
-		free(bi->layers);
-		bi->layers = NULL;
+		free(rk->layers);
+		rk->layers = NULL;
 	}
-	if (bi->output.d != bi->tok_embd.d)
-		cudaFree(bi->output.d);
-	cudaFree(bi->tok_embd.d);
-	cudaFree(bi->output_norm);
-	cudaFree(bi->act);
-	cudaFree(bi->d_out);
-	cudaFreeHost(bi->h_logits);
-	cudaFree(bi->d_meta);
-	cudaFreeHost(bi->h_meta);
-	cudaFree(bi->attn_ws);
+	if (rk->output.d != rk->tok_embd.d)
+		cudaFree(rk->output.d);
+	cudaFree(rk->tok_embd.d);
+	cudaFree(rk->output_norm);
+	cudaFree(rk->act);
+	cudaFree(rk->d_meta);
+	cudaFree(rk->attn_ws);
 }
 
 /* Destroy an instance; its pools must have been freed. */
 static void
 cuda_destroy(struct backend_inst *bi)
 {
+	struct cuda_rank	*rk;
+	int			 i;
+
 	if (bi == NULL)
 		return;
-	if (cudaSetDevice(bi->dev) == cudaSuccess) {
-		if (bi->stream != NULL)
-			cudaStreamSynchronize(bi->stream);
-		free_device_memory(bi);
-		if (bi->blas != NULL)
-			cuda_blas_destroy(bi->blas);
-		if (bi->stream != NULL)
-			cudaStreamDestroy(bi->stream);
-	} else
-		log_warnx("cuda: cannot select device %d to free it", bi->dev);
+	for (i = 0; i < CUDA_MAX_GRAPHS; i++)
+		if (bi->graph[i].exec != NULL)
+			cudaGraphExecDestroy(bi->graph[i].exec);
+	for (i = 0; i < bi->n_ranks; i++) {
+		rk = &bi->r[i];
+		if (cudaSetDevice(rk->dev) != cudaSuccess) {
+			log_warnx("cuda: cannot select device %d to free it",
+			    rk->dev);
+			continue;
+		}
+		if (rk->stream != NULL)
+			cudaStreamSynchronize(rk->stream);
+		if (i == 0) {
+			cudaFree(bi->d_out);
+			cudaFreeHost(bi->h_logits);
+			cudaFreeHost(bi->h_meta);
+		}
+		free_rank_memory(&bi->m->info, rk);
+		if (rk->blas != NULL)
+			cuda_blas_destroy(rk->blas);
+		if (rk->stream != NULL)
+			cudaStreamDestroy(rk->stream);
+	}
+	cuda_comm_free(bi->comm);
+	cuda_comm_free(bi->xfer);
 	free(bi);
 }
 
-/* Create an instance on one device: stream, cuBLAS and the weights. */
+/* Check that a group of n devices can split the model; the cause if not. */
+static int
+check_split(const struct model_info *mi, int n, char **cause)
+{
+	if (mi->n_head_kv % n != 0 || mi->n_head % n != 0) {
+		set_cause(cause, "cuda: a group of %d devices must divide the "
+		    "model's %u attention heads and %u kv heads", n,
+		    mi->n_head, mi->n_head_kv);
+		return (-1);
+	}
+	if (mi->n_ff % n != 0) {
+		set_cause(cause, "cuda: a group of %d devices must divide the "
+		    "model's %u ffn columns", n, mi->n_ff);
+		return (-1);
+	}
+	return (0);
+}
+
+/*
+ * Create an instance on a group of devices: per device a stream, cuBLAS
+ * and its share of the weights, and an NCCL clique when there are several
+ * (or when the config asks for the collectives on one device).
+ */
 static struct backend_inst *
 cuda_create(const struct model *m, const struct backend_config *cfg,
     char **cause)
 {
 	const struct model_info	*mi = &m->info;
 	struct backend_inst	*bi;
-	int			 n_dev, dev = 0;
+	struct cuda_rank	*rk;
+	int			 n_dev, devs[CUDA_MAX_RANKS], n = 1, i, j;
 	char			 what[64];
 	const char		*what_beyond;
 
@@ -349,18 +490,28 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 		set_cause(cause, "cuda: no cuda device");
 		return (NULL);
 	}
-	if (cfg != NULL && cfg->n_devices > 1) {
-		set_cause(cause, "cuda: group of %d devices needs tensor "
-		    "parallelism, which is not built (use one device)",
-		    cfg->n_devices);
+	devs[0] = 0;
+	if (cfg != NULL && cfg->n_devices > CUDA_MAX_RANKS) {
+		set_cause(cause, "cuda: group of %d devices, at most %d",
+		    cfg->n_devices, CUDA_MAX_RANKS);
 		return (NULL);
 	}
-	if (cfg != NULL && cfg->n_devices == 1)
-		dev = cfg->devices[0];
-	if (dev < 0 || dev >= n_dev) {
-		set_cause(cause, "cuda: device %d out of range 0..%d", dev,
-		    n_dev - 1);
-		return (NULL);
+	if (cfg != NULL && cfg->n_devices >= 1) {
+		n = cfg->n_devices;
+		for (i = 0; i < n; i++) {
+			devs[i] = cfg->devices[i];
+			if (devs[i] < 0 || devs[i] >= n_dev) {
+				set_cause(cause, "cuda: device %d out of range "
+				    "0..%d", devs[i], n_dev - 1);
+				return (NULL);
+			}
+			for (j = 0; j < i; j++)
+				if (devs[j] == devs[i]) {
+					set_cause(cause, "cuda: device %d "
+					    "listed twice in a group", devs[i]);
+					return (NULL);
+				}
+		}
 	}
 	if ((what_beyond = model_beyond_llama(m)) != NULL) {
 		set_cause(cause, "cuda: %s model needs %s, which this backend "
@@ -381,23 +532,40 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 		    "8 in 8..%d", mi->head_dim, ATTN_MAX_HEAD_DIM);
 		return (NULL);
 	}
+	if (check_split(mi, n, cause) != 0)
+		return (NULL);
 
 	bi = xcalloc(1, sizeof *bi);
 	bi->m = m;
-	bi->dev = dev;
-	snprintf(what, sizeof what, "select device %d", dev);
-	CU(cudaSetDevice(dev), what);
-	CU(cudaStreamCreateWithFlags(&bi->stream, cudaStreamNonBlocking),
-	    "create stream");
-	KR(cuda_blas_create(&bi->blas, bi->stream), "create cublas handle");
-	if (upload_weights(bi, cause) != 0)
+	bi->n_ranks = n;
+	bi->nh = (int)mi->n_head / n;
+	bi->nkv = (int)mi->n_head_kv / n;
+	bi->ff = (int)mi->n_ff / n;
+	for (i = 0; i < n; i++)
+		bi->r[i].dev = devs[i];
+	bi->graphs = cfg != NULL && cfg->graphs;
+	if ((n > 1 || (cfg != NULL && cfg->collectives)) &&
+	    (bi->comm = cuda_comm_create(devs, n, cause)) == NULL)
 		goto fail;
-	/*
-	 * A copy from pageable memory may return before its DMA is done, and
-	 * the instance's stream does not wait for the legacy stream.
-	 */
-	CU(cudaDeviceSynchronize(), "upload weights");
-	log_debug("cuda: %s on device %d", mi->name, dev);
+	for (i = 0; i < n; i++) {
+		rk = &bi->r[i];
+		snprintf(what, sizeof what, "select device %d", rk->dev);
+		CU(cudaSetDevice(rk->dev), what);
+		CU(cudaStreamCreateWithFlags(&rk->stream,
+		    cudaStreamNonBlocking), "create stream");
+		KR(cuda_blas_create(&rk->blas, rk->stream),
+		    "create cublas handle");
+		if (upload_weights(bi, i, cause) != 0)
+			goto fail;
+		/*
+		 * A copy from pageable memory may return before its DMA is
+		 * done, and the rank's stream does not wait for the legacy
+		 * stream.
+		 */
+		CU(cudaDeviceSynchronize(), "upload weights");
+	}
+	log_debug("cuda: %s on %d device%s from %d", mi->name, n,
+	    n > 1 ? "s" : "", devs[0]);
 	return (bi);
 
 fail:
@@ -420,17 +588,20 @@ cuda_pool_of(const struct kv_pool *p)
 	return (cp);
 }
 
-/* Free a CUDA pool: device pages and host bookkeeping. */
+/* Free a CUDA pool: device pages of every rank and host bookkeeping. */
 static void
 cuda_kv_pool_free(struct backend_inst *bi, struct kv_pool *p)
 {
 	struct cuda_pool	*cp = cuda_pool_of(p);
+	int			 i;
 
 	if (cp == NULL)
 		return;
-	if (cudaSetDevice(bi->dev) == cudaSuccess) {
-		cudaStreamSynchronize(bi->stream);
-		cudaFree(cp->kv);
+	for (i = 0; i < bi->n_ranks; i++) {
+		if (cudaSetDevice(bi->r[i].dev) == cudaSuccess) {
+			cudaStreamSynchronize(bi->r[i].stream);
+			cudaFree(cp->kv[i]);
+		}
 	}
 	free(cp->p.free_stack);
 	free(cp->p.in_use);
@@ -440,8 +611,9 @@ cuda_kv_pool_free(struct backend_inst *bi, struct kv_pool *p)
 
 /*
  * A pool of n_blocks blocks: the host keeps the block bookkeeping (the same
- * struct kv_pool fields kv_pool_create fills, without host storage), the
- * device holds the pages.
+ * struct kv_pool fields kv_pool_create fills, without host storage), each
+ * rank's device holds the pages of its own KV heads, at the same block
+ * ids, so one block table serves every rank.
  */
 static struct kv_pool *
 cuda_kv_pool_create(struct backend_inst *bi, uint32_t n_blocks, char **cause)
@@ -451,6 +623,7 @@ cuda_kv_pool_create(struct backend_inst *bi, uint32_t n_blocks, char **cause)
 	struct kv_layout	 l = mi->kv;
 	size_t			 per_block, bytes;
 	uint32_t		 i;
+	int			 r;
 	char			 what[96];
 
 	l.type = KV_TYPE_F16;
@@ -468,7 +641,8 @@ cuda_kv_pool_create(struct backend_inst *bi, uint32_t n_blocks, char **cause)
 		    n_blocks, per_block);
 		return (NULL);
 	}
-	bytes = per_block * n_blocks;
+	/* The layout counts every head; a rank holds 1 / N of them. */
+	bytes = per_block / bi->n_ranks * n_blocks;
 
 	cp = xcalloc(1, sizeof *cp);
 	cp->magic = CUDA_POOL_MAGIC;
@@ -479,9 +653,8 @@ cuda_kv_pool_create(struct backend_inst *bi, uint32_t n_blocks, char **cause)
 	cp->p.block_bytes = per_block;
 	cp->p.layer_bytes = per_block / l.n_layers;
 	cp->p.v_offset = cp->p.layer_bytes / 2;
-	cp->p.data = NULL;		/* the pages are on the device */
-	cp->cache_elems = (size_t)n_blocks * KV_BLOCK * l.n_kv_heads *
-	    l.head_dim;
+	cp->p.data = NULL;		/* the pages are on the devices */
+	cp->cache_elems = (size_t)n_blocks * KV_BLOCK * bi->nkv * l.head_dim;
 	cp->p.free_stack = xreallocarray(NULL, n_blocks,
 	    sizeof *cp->p.free_stack);
 	cp->p.in_use = xcalloc(n_blocks, 1);
@@ -489,13 +662,15 @@ cuda_kv_pool_create(struct backend_inst *bi, uint32_t n_blocks, char **cause)
 		cp->p.free_stack[i] = n_blocks - 1 - i;
 	cp->p.n_free = n_blocks;
 
-	snprintf(what, sizeof what, "allocate kv pool of %u blocks (%zu bytes)",
-	    n_blocks, bytes);
-	CU(cudaSetDevice(bi->dev), "select device");
-	CU(cudaMalloc((void **)&cp->kv, bytes), what);
-	/* Unwritten slots are masked, but zeros keep NaN garbage out. */
-	CU(cudaMemsetAsync(cp->kv, 0, bytes, bi->stream), what);
-	CU(cudaStreamSynchronize(bi->stream), what);
+	for (r = 0; r < bi->n_ranks; r++) {
+		snprintf(what, sizeof what, "allocate kv pool of %u blocks "
+		    "(%zu bytes) on device %d", n_blocks, bytes, bi->r[r].dev);
+		CU(cudaSetDevice(bi->r[r].dev), "select device");
+		CU(cudaMalloc((void **)&cp->kv[r], bytes), what);
+		/* Unwritten slots are masked, but zeros keep NaN garbage out. */
+		CU(cudaMemsetAsync(cp->kv[r], 0, bytes, bi->r[r].stream), what);
+		CU(cudaStreamSynchronize(bi->r[r].stream), what);
+	}
 	return (&cp->p);
 
 fail:
@@ -503,18 +678,18 @@ fail:
 	return (NULL);
 }
 
-/* Keys of a layer in a pool. */
+/* Keys of a layer in rank's pages of a pool. */
 static uint16_t *
-pool_k(const struct cuda_pool *cp, uint32_t layer)
+pool_k(const struct cuda_pool *cp, int rank, uint32_t layer)
 {
-	return (cp->kv + (size_t)2 * layer * cp->cache_elems);
+	return (cp->kv[rank] + (size_t)2 * layer * cp->cache_elems);
 }
 
-/* Values of a layer in a pool. */
+/* Values of a layer in rank's pages of a pool. */
 static uint16_t *
-pool_v(const struct cuda_pool *cp, uint32_t layer)
+pool_v(const struct cuda_pool *cp, int rank, uint32_t layer)
 {
-	return (cp->kv + ((size_t)2 * layer + 1) * cp->cache_elems);
+	return (cp->kv[rank] + ((size_t)2 * layer + 1) * cp->cache_elems);
 }
 
 /* Check a batch as model_forward does and count the rows wanting logits. */
@@ -534,103 +709,135 @@ check_batch(const struct model_info *mi, const struct kv_pool *pool,
 }
 
 /*
- * Make the activation buffers hold rows tokens and the logit buffers n_out
- * rows.  Old buffers may still be read by queued work, so the stream is
- * drained before they go.
+ * Make a rank's activation buffers hold rows tokens (its device is
+ * current).  Old buffers may still be read by queued work, so the stream
+ * is drained before they go.
  */
 static int
-ensure_buffers(struct backend_inst *bi, int rows, int n_out, char **cause)
+ensure_rows(struct backend_inst *bi, struct cuda_rank *rk, int rows,
+    char **cause)
 {
 	const struct model_info	*mi = &bi->m->info;
-	const size_t		 dim = mi->n_embd, ff = mi->n_ff;
-	const size_t		 kvd = (size_t)mi->head_dim * mi->n_head_kv;
-	size_t			 per_row, per_out;
+	const size_t		 dim = mi->n_embd, ff = bi->ff;
+	const size_t		 qd = (size_t)mi->head_dim * bi->nh;
+	const size_t		 kvd = (size_t)mi->head_dim * bi->nkv;
+	size_t			 per_row;
 	float			*p;
 	int			 cap;
 
-	if (rows > bi->cap_rows) {
-		cap = bi->cap_rows < CUDA_MIN_ROWS ? CUDA_MIN_ROWS : bi->cap_rows;
-		while (cap < rows)
-			cap = cap > MODEL_MAX_BATCH_TOKENS / 2 ?
-			    MODEL_MAX_BATCH_TOKENS : cap * 2;
-		per_row = 4 * dim + 2 * kvd + 2 * ff;
-		CU(cudaStreamSynchronize(bi->stream), "drain stream");
-		cudaFree(bi->act);
-		bi->act = NULL;
-		bi->cap_rows = 0;
-		CU(cudaMalloc((void **)&bi->act, (size_t)cap * per_row *
-		    sizeof(float)), "allocate activations");
-		bi->cap_rows = cap;
-		p = bi->act;
-		bi->x = p;	p += (size_t)cap * dim;
-		bi->xb = p;	p += (size_t)cap * dim;
-		bi->q = p;	p += (size_t)cap * dim;
-		bi->att = p;	p += (size_t)cap * dim;
-		bi->k = p;	p += (size_t)cap * kvd;
-		bi->v = p;	p += (size_t)cap * kvd;
-		bi->hb = p;	p += (size_t)cap * ff;
-		bi->hb2 = p;
-	}
-	if (n_out > bi->cap_out) {
-		cap = bi->cap_out < 8 ? 8 : bi->cap_out;
-		while (cap < n_out)
-			cap *= 2;
-		per_out = dim + mi->n_vocab;
-		CU(cudaStreamSynchronize(bi->stream), "drain stream");
-		cudaFree(bi->d_out);
-		cudaFreeHost(bi->h_logits);
-		bi->d_out = NULL;
-		bi->h_logits = NULL;
-		bi->cap_out = 0;
-		CU(cudaMalloc((void **)&bi->d_out, (size_t)cap * per_out *
-		    sizeof(float)), "allocate logits");
-		CU(cudaMallocHost((void **)&bi->h_logits, (size_t)cap *
-		    mi->n_vocab * sizeof(float)), "allocate pinned logits");
-		bi->cap_out = cap;
-	}
+	if (rows <= rk->cap_rows)
+		return (0);
+	cap = rk->cap_rows < CUDA_MIN_ROWS ? CUDA_MIN_ROWS : rk->cap_rows;
+	while (cap < rows)
+		cap = cap > MODEL_MAX_BATCH_TOKENS / 2 ?
+		    MODEL_MAX_BATCH_TOKENS : cap * 2;
+	per_row = 2 * dim + 2 * qd + 2 * kvd + 2 * ff;
+	CU(cudaStreamSynchronize(rk->stream), "drain stream");
+	cudaFree(rk->act);
+	rk->act = NULL;
+	rk->cap_rows = 0;
+	bi->buf_gen++;
+	CU(cudaMalloc((void **)&rk->act, (size_t)cap * per_row *
+	    sizeof(float)), "allocate activations");
+	rk->cap_rows = cap;
+	p = rk->act;
+	rk->x = p;	p += (size_t)cap * dim;
+	rk->xb = p;	p += (size_t)cap * dim;
+	rk->q = p;	p += (size_t)cap * qd;
+	rk->att = p;	p += (size_t)cap * qd;
+	rk->k = p;	p += (size_t)cap * kvd;
+	rk->v = p;	p += (size_t)cap * kvd;
+	rk->hb = p;	p += (size_t)cap * ff;
+	rk->hb2 = p;
 	return (0);
 fail:
 	return (-1);
 }
 
-/* Make the metadata staging buffers hold bytes. */
+/* Make the logit buffers (rank 0, current) hold n_out rows. */
+static int
+ensure_out(struct backend_inst *bi, int n_out, char **cause)
+{
+	const struct model_info	*mi = &bi->m->info;
+	size_t			 per_out;
+	int			 cap;
+
+	if (n_out <= bi->cap_out)
+		return (0);
+	cap = bi->cap_out < 8 ? 8 : bi->cap_out;
+	while (cap < n_out)
+		cap *= 2;
+	per_out = mi->n_embd + mi->n_vocab;
+	CU(cudaStreamSynchronize(bi->r[0].stream), "drain stream");
+	cudaFree(bi->d_out);
+	cudaFreeHost(bi->h_logits);
+	bi->d_out = NULL;
+	bi->h_logits = NULL;
+	bi->cap_out = 0;
+	bi->buf_gen++;
+	CU(cudaMalloc((void **)&bi->d_out, (size_t)cap * per_out *
+	    sizeof(float)), "allocate logits");
+	CU(cudaMallocHost((void **)&bi->h_logits, (size_t)cap *
+	    mi->n_vocab * sizeof(float)), "allocate pinned logits");
+	bi->cap_out = cap;
+	return (0);
+fail:
+	return (-1);
+}
+
+/*
+ * Make the metadata staging buffer and every rank's device copy hold
+ * bytes; leaves no particular device current.
+ */
 static int
 ensure_meta(struct backend_inst *bi, size_t bytes, char **cause)
 {
 	size_t	cap;
+	int	i;
 
 	if (bytes <= bi->cap_meta)
 		return (0);
 	cap = bi->cap_meta < 4096 ? 4096 : bi->cap_meta;
 	while (cap < bytes)
 		cap *= 2;
-	CU(cudaStreamSynchronize(bi->stream), "drain stream");
-	cudaFree(bi->d_meta);
-	cudaFreeHost(bi->h_meta);
-	bi->d_meta = NULL;
-	bi->h_meta = NULL;
+	for (i = 0; i < bi->n_ranks; i++) {
+		CU(cudaSetDevice(bi->r[i].dev), "select device");
+		CU(cudaStreamSynchronize(bi->r[i].stream), "drain stream");
+		cudaFree(bi->r[i].d_meta);
+		bi->r[i].d_meta = NULL;
+	}
 	bi->cap_meta = 0;
-	CU(cudaMalloc((void **)&bi->d_meta, cap), "allocate batch metadata");
+	bi->buf_gen++;
+	CU(cudaSetDevice(bi->r[0].dev), "select device");
+	cudaFreeHost(bi->h_meta);
+	bi->h_meta = NULL;
 	CU(cudaMallocHost((void **)&bi->h_meta, cap),
 	    "allocate pinned batch metadata");
+	for (i = 0; i < bi->n_ranks; i++) {
+		CU(cudaSetDevice(bi->r[i].dev), "select device");
+		CU(cudaMalloc((void **)&bi->r[i].d_meta, cap),
+		    "allocate batch metadata");
+	}
 	bi->cap_meta = cap;
 	return (0);
 fail:
 	return (-1);
 }
 
-/* Make the attention workspace hold bytes (0: none needed). */
+/* Make a rank's attention workspace hold bytes (0: none needed). */
 static int
-ensure_attn_ws(struct backend_inst *bi, size_t bytes, char **cause)
+ensure_attn_ws(struct backend_inst *bi, struct cuda_rank *rk, size_t bytes,
+    char **cause)
 {
-	if (bytes <= bi->attn_ws_bytes)
+	if (bytes <= rk->attn_ws_bytes)
 		return (0);
-	CU(cudaStreamSynchronize(bi->stream), "drain stream");
-	cudaFree(bi->attn_ws);
-	bi->attn_ws = NULL;
-	bi->attn_ws_bytes = 0;
-	CU(cudaMalloc(&bi->attn_ws, bytes), "allocate attention workspace");
-	bi->attn_ws_bytes = bytes;
+	bi->buf_gen++;
+	CU(cudaStreamSynchronize(rk->stream), "drain stream");
+	cudaFree(rk->attn_ws);
+	rk->attn_ws = NULL;
+	rk->attn_ws_bytes = 0;
+	CU(cudaMalloc(&rk->attn_ws, bytes), "allocate attention workspace");
+	rk->attn_ws_bytes = bytes;
 	return (0);
 fail:
 	return (-1);
@@ -674,25 +881,282 @@ meta_layout(struct meta_layout *ml, int T, int n, uint32_t max_blocks,
 	return (0);
 }
 
-/* One forward pass over a ragged batch on the instance's device. */
+/* Sum every rank's partial xb [T][dim] over the group (NCCL, one group). */
+static int
+all_reduce_xb(struct backend_inst *bi, int T, char **cause)
+{
+	const size_t	n = (size_t)T * bi->m->info.n_embd;
+	int		i;
+
+	if (bi->comm == NULL)
+		return (0);
+	if (cuda_comm_group_start(cause) != 0)
+		return (-1);
+	for (i = 0; i < bi->n_ranks; i++) {
+		if (cu_failed(cudaSetDevice(bi->r[i].dev), "select device",
+		    cause) || cuda_comm_all_reduce_sum(bi->comm, i, bi->r[i].xb,
+		    n, TT_F32, bi->r[i].stream, cause) != 0) {
+			cuda_comm_group_end(NULL);
+			return (-1);
+		}
+	}
+	return (cuda_comm_group_end(cause));
+}
+
+/* Synchronize every rank's stream; the first error goes to cause. */
+static int
+sync_ranks(struct backend_inst *bi, const char *what, char **cause)
+{
+	int	i, rc = 0;
+
+	for (i = 0; i < bi->n_ranks; i++) {
+		if (cudaSetDevice(bi->r[i].dev) != cudaSuccess ||
+		    cu_failed(cudaStreamSynchronize(bi->r[i].stream), what,
+		    rc == 0 ? cause : NULL))
+			rc = -1;
+	}
+	return (rc);
+}
+
+/*
+ * Queue the layers and the output head of a forward pass whose metadata
+ * (ml) is on every rank: the work a CUDA graph captures.  Every stream
+ * operation here must be one a capture records (kernels, cuBLAS, NCCL).
+ */
+static int
+enqueue_body(struct backend_inst *bi, struct cuda_pool *cp,
+    const struct meta_layout *ml, int T, int n_out,
+    struct cuda_attention_args *a, char **cause)
+{
+	const struct model_info	*mi = &bi->m->info;
+	const int		 dim = mi->n_embd, ff = bi->ff;
+	const int		 hd = mi->head_dim, nkv = bi->nkv;
+	const int		 qd = hd * bi->nh, kvd = hd * nkv;
+	struct cuda_attention_args aa = *a;
+	struct cuda_rank	*rk;
+	const struct cuda_layer	*l;
+	const int32_t		*dpos;
+	float			*xo, *lg;
+	uint32_t		 layer;
+	int			 i;
+
+	for (layer = 0; layer < mi->n_layers; layer++) {
+		/* Attention: each rank its heads, then one all-reduce. */
+		for (i = 0; i < bi->n_ranks; i++) {
+			rk = &bi->r[i];
+			l = &rk->layers[layer];
+			dpos = (const int32_t *)(rk->d_meta + ml->pos);
+			CU(cudaSetDevice(rk->dev), "select device");
+			KR(cuda_rmsnorm_forward(rk->xb, rk->x, l->attn_norm, T,
+			    dim, mi->rms_eps, rk->stream), "attention norm");
+			KR(cuda_matmul_forward(rk->blas, rk->q, rk->xb,
+			    CUDA_ACT_F32, l->wq.d, l->wq.type, T, dim, qd),
+			    "q projection");
+			KR(cuda_matmul_forward(rk->blas, rk->k, rk->xb,
+			    CUDA_ACT_F32, l->wk.d, l->wk.type, T, dim, kvd),
+			    "k projection");
+			KR(cuda_matmul_forward(rk->blas, rk->v, rk->xb,
+			    CUDA_ACT_F32, l->wv.d, l->wv.type, T, dim, kvd),
+			    "v projection");
+			KR(cuda_rope_forward(rk->q, dpos, T, bi->nh, hd,
+			    mi->n_rot, mi->rope_freq_base, rk->stream),
+			    "rope q");
+			KR(cuda_rope_forward(rk->k, dpos, T, nkv, hd, mi->n_rot,
+			    mi->rope_freq_base, rk->stream), "rope k");
+			KR(cuda_kv_store_forward(pool_k(cp, i, layer),
+			    pool_v(cp, i, layer), rk->k, rk->v,
+			    (const int32_t *)(rk->d_meta + ml->slots), T, nkv,
+			    hd, rk->stream), "kv store");
+
+			aa.out = rk->att;
+			aa.q = rk->q;
+			aa.block_tables = (const int32_t *)(rk->d_meta +
+			    ml->tables);
+			aa.seqs = (const struct attn_seq *)(rk->d_meta +
+			    ml->seqs);
+			aa.workspace = rk->attn_ws;
+			aa.workspace_bytes = rk->attn_ws_bytes;
+			aa.k_cache = pool_k(cp, i, layer);
+			aa.v_cache = pool_v(cp, i, layer);
+			KR(cuda_attention_forward(&aa, rk->stream), "attention");
+
+			KR(cuda_matmul_forward(rk->blas, rk->xb, rk->att,
+			    CUDA_ACT_F32, l->wo.d, l->wo.type, T, qd, dim),
+			    "attention output");
+		}
+		if (all_reduce_xb(bi, T, cause) != 0)
+			goto fail;
+
+		/* FFN: each rank its columns, then one all-reduce. */
+		for (i = 0; i < bi->n_ranks; i++) {
+			rk = &bi->r[i];
+			l = &rk->layers[layer];
+			CU(cudaSetDevice(rk->dev), "select device");
+			KR(cuda_add_forward(rk->x, rk->x, rk->xb,
+			    (size_t)T * dim, rk->stream), "attention residual");
+			KR(cuda_rmsnorm_forward(rk->xb, rk->x, l->ffn_norm, T,
+			    dim, mi->rms_eps, rk->stream), "ffn norm");
+			KR(cuda_matmul_forward(rk->blas, rk->hb, rk->xb,
+			    CUDA_ACT_F32, l->w_gate.d, l->w_gate.type, T, dim,
+			    ff), "ffn gate");
+			KR(cuda_matmul_forward(rk->blas, rk->hb2, rk->xb,
+			    CUDA_ACT_F32, l->w_up.d, l->w_up.type, T, dim, ff),
+			    "ffn up");
+			KR(cuda_swiglu_forward(rk->hb, rk->hb, rk->hb2,
+			    (size_t)T * ff, rk->stream), "swiglu");
+			KR(cuda_matmul_forward(rk->blas, rk->xb, rk->hb,
+			    CUDA_ACT_F32, l->w_down.d, l->w_down.type, T, ff,
+			    dim), "ffn down");
+		}
+		if (all_reduce_xb(bi, T, cause) != 0)
+			goto fail;
+		for (i = 0; i < bi->n_ranks; i++) {
+			rk = &bi->r[i];
+			CU(cudaSetDevice(rk->dev), "select device");
+			KR(cuda_add_forward(rk->x, rk->x, rk->xb,
+			    (size_t)T * dim, rk->stream), "ffn residual");
+		}
+	}
+
+	/*
+	 * The output head, on rank 0, only for the last row of entries
+	 * wanting logits: those rows are gathered as an embedding lookup with
+	 * x as an F32 table of T rows.
+	 */
+	rk = &bi->r[0];
+	CU(cudaSetDevice(rk->dev), "select device");
+	if (n_out > 0) {
+		xo = bi->d_out;
+		lg = bi->d_out + (size_t)bi->cap_out * dim;
+		KR(cuda_embedding_forward(xo, rk->x, TT_F32, dim, T,
+		    (const int32_t *)(rk->d_meta + ml->out_rows), n_out,
+		    rk->stream), "gather output rows");
+		KR(cuda_rmsnorm_forward(xo, xo, rk->output_norm, n_out, dim,
+		    mi->rms_eps, rk->stream), "output norm");
+		KR(cuda_matmul_forward(rk->blas, lg, xo, CUDA_ACT_F32,
+		    rk->output.d, rk->output.type, n_out, dim, mi->n_vocab),
+		    "output head");
+	}
+	return (0);
+fail:
+	return (-1);
+}
+
+/*
+ * The graph slot of a decode shape: its own, else a free or the least
+ * recently used one, reset to the shape (exec NULL).
+ */
+static struct cuda_graph *
+graph_slot(struct backend_inst *bi, int batch, uint32_t max_blocks)
+{
+	struct cuda_graph	*g, *old = &bi->graph[0];
+	int			 i;
+
+	for (i = 0; i < CUDA_MAX_GRAPHS; i++) {
+		g = &bi->graph[i];
+		if (g->batch == batch && g->max_blocks == max_blocks)
+			return (g);
+		if (g->last < old->last)
+			old = g;
+	}
+	if (old->exec != NULL)
+		cudaGraphExecDestroy(old->exec);
+	memset(old, 0, sizeof *old);
+	old->batch = batch;
+	old->max_blocks = max_blocks;
+	return (old);
+}
+
+/*
+ * Queue the body of a forward pass: as it is, or, for a decode shape
+ * (graph), as the replay of its graph, which is captured the second time
+ * the shape comes (the first run has grown every buffer and scratch space
+ * the work needs, so that nothing is allocated while capturing) and again
+ * whenever a buffer it points into has moved.
+ */
+static int
+run_body(struct backend_inst *bi, struct cuda_pool *cp,
+    const struct meta_layout *ml, int T, int n_out,
+    struct cuda_attention_args *aa, int graph, char **cause)
+{
+	struct cuda_graph	*g;
+	cudaStream_t		 s = bi->r[0].stream;
+	cudaGraph_t		 cg = NULL;
+	cudaError_t		 e;
+	char			*why = NULL;
+	int			 rc;
+
+	if (!graph)
+		return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
+	g = graph_slot(bi, T, (uint32_t)aa->max_blocks);
+	g->last = ++bi->graph_clock;
+	if (g->exec != NULL && g->gen != bi->buf_gen) {
+		cudaGraphExecDestroy(g->exec);
+		g->exec = NULL;
+		g->gen = 0;
+	}
+	if (g->exec == NULL && g->gen != bi->buf_gen) {
+		/* First sight (at this buffer generation): run it plainly. */
+		g->gen = bi->buf_gen;
+		return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
+	}
+	if (g->exec == NULL) {
+		CU(cudaSetDevice(bi->r[0].dev), "select device");
+		CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
+		    "begin decode graph capture");
+		rc = enqueue_body(bi, cp, ml, T, n_out, aa, &why);
+		e = cudaStreamEndCapture(s, &cg);
+		if (rc == 0 && e == cudaSuccess) {
+			e = cudaGraphInstantiate(&g->exec, cg, 0);
+			if (e != cudaSuccess)
+				g->exec = NULL;
+		}
+		if (cg != NULL)
+			cudaGraphDestroy(cg);
+		if (rc != 0 || e != cudaSuccess) {
+			/*
+			 * Nothing captured has run: give up graphs for this
+			 * instance and do the work plainly.
+			 */
+			log_warnx("cuda: decode graphs turned off: %s",
+			    why != NULL ? why : cudaGetErrorString(e));
+			free(why);
+			cudaGetLastError();
+			bi->graphs = 0;
+			return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
+		}
+		bi->n_captured++;
+	}
+	CU(cudaGraphLaunch(g->exec, s), "launch decode graph");
+	bi->n_replayed++;
+	return (0);
+fail:
+	return (-1);
+}
+
+/*
+ * One forward pass over a ragged batch on the instance's devices: every
+ * rank's work is queued in turn on its stream, the two all-reduces of each
+ * layer between them.
+ */
 static int
 cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
     struct fwd_batch *b, char **cause)
 {
 	const struct model_info	*mi = &bi->m->info;
-	const int		 dim = mi->n_embd, ff = mi->n_ff;
-	const int		 hd = mi->head_dim, nkv = mi->n_head_kv;
-	const int		 kvd = hd * nkv;
+	const int		 dim = mi->n_embd;
+	const int		 hd = mi->head_dim, nkv = bi->nkv;
 	struct cuda_pool	*cp = cuda_pool_of(pool);
+	struct cuda_rank	*rk;
 	struct meta_layout	 ml;
 	struct cuda_attention_args aa;
 	const struct fwd_entry	*e;
-	const struct cuda_layer	*l;
 	struct attn_seq		*hs;
 	int32_t			*htok, *hpos, *hslot, *htab, *hout;
-	float			*xo, *lg;
-	uint32_t		 max_blocks = 1, p, layer;
+	float			*lg;
+	uint32_t		 max_blocks = 1, p;
 	int			 T, n_out, n, i, row, r, max_q = 1, max_ctx = 1;
+	int			 graph;
 	size_t			 ws;
 
 	if (cp == NULL || cp->bi != bi) {
@@ -714,20 +1178,38 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 		if ((int)p > max_ctx)
 			max_ctx = (int)p;
 	}
+	/*
+	 * A decode iteration of a common size may run as a graph: its block
+	 * tables are widened to a power of two, and the longest context to
+	 * their span, so that one graph serves many iterations.
+	 */
+	graph = bi->graphs && bi->n_ranks == 1 && bi->comm == NULL &&
+	    max_q == 1 && n_out == T && T <= CUDA_GRAPH_MAX_BATCH &&
+	    (T & (T - 1)) == 0;
+	if (graph) {
+		p = 1;
+		while (p < max_blocks)
+			p *= 2;
+		max_blocks = p;
+		max_ctx = (int)(max_blocks * KV_BLOCK);
+	}
 	if (meta_layout(&ml, T, b->n_seqs, max_blocks, cause) != 0)
 		return (-1);
 
-	CU(cudaSetDevice(bi->dev), "select device");
-	if (ensure_buffers(bi, T, n_out, cause) != 0 ||
-	    ensure_meta(bi, ml.total, cause) != 0)
+	if (ensure_meta(bi, ml.total, cause) != 0)
 		return (-1);
 	/* Context splits: at most max_ctx / 256 slices (see cuda_kernels.h). */
-	ws = max_ctx >= 512 ? cuda_attention_workspace_size(T, mi->n_head, hd,
+	ws = max_ctx >= 512 ? cuda_attention_workspace_size(T, bi->nh, hd,
 	    max_ctx / 256) : 0;
 	if (ws > CUDA_ATTN_WS_MAX)
 		ws = 0;
-	if (ensure_attn_ws(bi, ws, cause) != 0)
-		return (-1);
+	for (i = 0; i < bi->n_ranks; i++) {
+		CU(cudaSetDevice(bi->r[i].dev), "select device");
+		if (ensure_rows(bi, &bi->r[i], T, cause) != 0 ||
+		    ensure_attn_ws(bi, &bi->r[i], ws, cause) != 0 ||
+		    (i == 0 && ensure_out(bi, n_out, cause) != 0))
+			return (-1);
+	}
 
 	/* Gather the metadata into pinned memory and send it in one copy. */
 	htok = (int32_t *)(bi->h_meta + ml.tokens);
@@ -757,97 +1239,43 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 		if (e->logits != NULL)
 			hout[r++] = row - 1;
 	}
-	CU(cudaMemcpyAsync(bi->d_meta, bi->h_meta, ml.total,
-	    cudaMemcpyHostToDevice, bi->stream), "copy batch metadata");
-
-	KR(cuda_embedding_forward(bi->x, bi->tok_embd.d, bi->tok_embd.type, dim,
-	    mi->n_vocab, (const int32_t *)(bi->d_meta + ml.tokens), T,
-	    bi->stream), "embedding");
+	for (i = 0; i < bi->n_ranks; i++) {
+		rk = &bi->r[i];
+		CU(cudaSetDevice(rk->dev), "select device");
+		CU(cudaMemcpyAsync(rk->d_meta, bi->h_meta, ml.total,
+		    cudaMemcpyHostToDevice, rk->stream), "copy batch metadata");
+		/* The embedding is replicated: no collective before layer 0. */
+		KR(cuda_embedding_forward(rk->x, rk->tok_embd.d,
+		    rk->tok_embd.type, dim, mi->n_vocab,
+		    (const int32_t *)(rk->d_meta + ml.tokens), T, rk->stream),
+		    "embedding");
+	}
 
 	memset(&aa, 0, sizeof aa);
-	aa.out = bi->att;
-	aa.q = bi->q;
-	aa.block_tables = (const int32_t *)(bi->d_meta + ml.tables);
-	aa.seqs = (const struct attn_seq *)(bi->d_meta + ml.seqs);
 	aa.n_seqs = b->n_seqs;
 	aa.n_tok = T;
 	aa.max_blocks = (int)max_blocks;
-	aa.n_heads = mi->n_head;
+	aa.n_heads = bi->nh;
 	aa.n_kv_heads = nkv;
 	aa.head_dim = hd;
 	aa.max_q_len = max_q;
 	aa.max_ctx_len = max_ctx;
 	aa.scale = 1.0f / sqrtf((float)hd);
-	aa.workspace = bi->attn_ws;
-	aa.workspace_bytes = bi->attn_ws_bytes;
 	aa.split_len = 0;
 
-	for (layer = 0; layer < mi->n_layers; layer++) {
-		l = &bi->layers[layer];
-
-		KR(cuda_rmsnorm_forward(bi->xb, bi->x, l->attn_norm, T, dim,
-		    mi->rms_eps, bi->stream), "attention norm");
-		KR(cuda_matmul_forward(bi->blas, bi->q, bi->xb, CUDA_ACT_F32,
-		    l->wq.d, l->wq.type, T, dim, dim), "q projection");
-		KR(cuda_matmul_forward(bi->blas, bi->k, bi->xb, CUDA_ACT_F32,
-		    l->wk.d, l->wk.type, T, dim, kvd), "k projection");
-		KR(cuda_matmul_forward(bi->blas, bi->v, bi->xb, CUDA_ACT_F32,
-		    l->wv.d, l->wv.type, T, dim, kvd), "v projection");
-		KR(cuda_rope_forward(bi->q, (const int32_t *)(bi->d_meta +
-		    ml.pos), T, mi->n_head, hd, mi->n_rot, mi->rope_freq_base,
-		    bi->stream), "rope q");
-		KR(cuda_rope_forward(bi->k, (const int32_t *)(bi->d_meta +
-		    ml.pos), T, nkv, hd, mi->n_rot, mi->rope_freq_base,
-		    bi->stream), "rope k");
-		KR(cuda_kv_store_forward(pool_k(cp, layer), pool_v(cp, layer),
-		    bi->k, bi->v, (const int32_t *)(bi->d_meta + ml.slots), T,
-		    nkv, hd, bi->stream), "kv store");
-
-		aa.k_cache = pool_k(cp, layer);
-		aa.v_cache = pool_v(cp, layer);
-		KR(cuda_attention_forward(&aa, bi->stream), "attention");
-
-		KR(cuda_matmul_forward(bi->blas, bi->xb, bi->att, CUDA_ACT_F32,
-		    l->wo.d, l->wo.type, T, dim, dim), "attention output");
-		KR(cuda_add_forward(bi->x, bi->x, bi->xb, (size_t)T * dim,
-		    bi->stream), "attention residual");
-
-		KR(cuda_rmsnorm_forward(bi->xb, bi->x, l->ffn_norm, T, dim,
-		    mi->rms_eps, bi->stream), "ffn norm");
-		KR(cuda_matmul_forward(bi->blas, bi->hb, bi->xb, CUDA_ACT_F32,
-		    l->w_gate.d, l->w_gate.type, T, dim, ff), "ffn gate");
-		KR(cuda_matmul_forward(bi->blas, bi->hb2, bi->xb, CUDA_ACT_F32,
-		    l->w_up.d, l->w_up.type, T, dim, ff), "ffn up");
-		KR(cuda_swiglu_forward(bi->hb, bi->hb, bi->hb2, (size_t)T * ff,
-		    bi->stream), "swiglu");
-		KR(cuda_matmul_forward(bi->blas, bi->xb, bi->hb, CUDA_ACT_F32,
-		    l->w_down.d, l->w_down.type, T, ff, dim), "ffn down");
-		KR(cuda_add_forward(bi->x, bi->x, bi->xb, (size_t)T * dim,
-		    bi->stream), "ffn residual");
-	}
-
-	/*
-	 * The output head, only for the last row of entries wanting logits:
-	 * those rows are gathered as an embedding lookup with x as an F32
-	 * table of T rows.
-	 */
+	if (run_body(bi, cp, &ml, T, n_out, &aa, graph, cause) != 0)
+		goto fail;
+	rk = &bi->r[0];
+	CU(cudaSetDevice(rk->dev), "select device");
 	if (n_out > 0) {
-		xo = bi->d_out;
 		lg = bi->d_out + (size_t)bi->cap_out * dim;
-		KR(cuda_embedding_forward(xo, bi->x, TT_F32, dim, T,
-		    (const int32_t *)(bi->d_meta + ml.out_rows), n_out,
-		    bi->stream), "gather output rows");
-		KR(cuda_rmsnorm_forward(xo, xo, bi->output_norm, n_out, dim,
-		    mi->rms_eps, bi->stream), "output norm");
-		KR(cuda_matmul_forward(bi->blas, lg, xo, CUDA_ACT_F32,
-		    bi->output.d, bi->output.type, n_out, dim, mi->n_vocab),
-		    "output head");
 		CU(cudaMemcpyAsync(bi->h_logits, lg, (size_t)n_out *
 		    mi->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
-		    bi->stream), "copy logits");
+		    rk->stream), "copy logits");
 	}
 	/* Also catches errors of kernels that ran after their launch. */
-	CU(cudaStreamSynchronize(bi->stream), "forward pass");
+	if (sync_ranks(bi, "forward pass", cause) != 0)
+		goto fail;
 
 	for (n = r = 0; n < b->n_seqs; n++) {
 		e = &b->entries[n];
@@ -866,13 +1294,13 @@ fail:
 	 * Nothing on the host changed; queued work may still run, so let
 	 * it finish before the caller reuses the buffers.
 	 */
-	cudaStreamSynchronize(bi->stream);
+	sync_ranks(bi, "forward pass", NULL);
 	return (-1);
 }
 
 /* Queue a copy of KV pages on dst's stream, between devices if need be. */
 static int
-copy_run(struct backend_inst *dst, struct backend_inst *src, void *d,
+copy_run(const struct cuda_rank *dst, const struct cuda_rank *src, void *d,
     const void *s, size_t bytes, char **cause)
 {
 	if (dst->dev == src->dev) {
@@ -887,9 +1315,93 @@ copy_run(struct backend_inst *dst, struct backend_inst *src, void *d,
 }
 
 /*
+ * The NCCL clique for moving KV from src's devices to dst's (src ranks
+ * first), made on first use and kept while the source's devices are the
+ * same; NULL when NCCL is absent or refuses them, the peer copies' cue.
+ */
+static struct cuda_comm *
+xfer_comm(struct backend_inst *dst, const struct backend_inst *src)
+{
+	int	devs[2 * CUDA_MAX_RANKS], i, same = dst->xfer != NULL ||
+		    dst->xfer_refused;
+	char	*cause = NULL;
+
+	if (!cuda_comm_built())
+		return (NULL);
+	for (i = 0; i < src->n_ranks; i++)
+		same &= dst->xfer_devs[i] == src->r[i].dev;
+	if (same)
+		return (dst->xfer);
+	cuda_comm_free(dst->xfer);
+	dst->xfer = NULL;
+	for (i = 0; i < src->n_ranks; i++) {
+		devs[i] = src->r[i].dev;
+		devs[src->n_ranks + i] = dst->r[i].dev;
+		dst->xfer_devs[i] = src->r[i].dev;
+	}
+	dst->xfer = cuda_comm_create(devs, 2 * src->n_ranks, &cause);
+	dst->xfer_refused = dst->xfer == NULL;
+	if (dst->xfer == NULL)
+		log_debug("cuda: kv transfer by peer copies: %s", cause);
+	free(cause);
+	return (dst->xfer);
+}
+
+/*
+ * Queue the NCCL sends (on the source ranks' streams) and receives (on
+ * ours) of one layer's K and V runs, rank r to rank r, in one group.
+ */
+static int
+xfer_layer(struct cuda_comm *cc, struct backend_inst *dst,
+    struct cuda_pool *dp, const struct kv_seq *dst_seq,
+    const struct backend_inst *src, const struct cuda_pool *sp,
+    const struct kv_seq *src_seq, uint32_t nb, uint32_t layer, size_t blk,
+    char **cause)
+{
+	const int	N = dst->n_ranks;
+	uint32_t	i, run;
+	size_t		doff, soff, bytes;
+	int		r, kv;
+	uint8_t		*d;
+	const uint8_t	*s;
+
+	if (cuda_comm_group_start(cause) != 0)
+		return (-1);
+	for (r = 0; r < N; r++) {
+		for (i = 0; i < nb; i += run) {
+			run = 1;
+			while (i + run < nb && dst_seq->blocks[i + run] ==
+			    dst_seq->blocks[i] + run && src_seq->blocks[i +
+			    run] == src_seq->blocks[i] + run)
+				run++;
+			doff = (size_t)dst_seq->blocks[i] * blk;
+			soff = (size_t)src_seq->blocks[i] * blk;
+			bytes = (size_t)run * blk;
+			for (kv = 0; kv < 2; kv++) {
+				d = (uint8_t *)(kv ? pool_v(dp, r, layer) :
+				    pool_k(dp, r, layer)) + doff;
+				s = (const uint8_t *)(kv ? pool_v(sp, r, layer) :
+				    pool_k(sp, r, layer)) + soff;
+				if (cuda_comm_send(cc, r, N + r, s, bytes,
+				    src->r[r].stream, cause) != 0 ||
+				    cuda_comm_recv(cc, N + r, r, d, bytes,
+				    dst->r[r].stream, cause) != 0) {
+					cuda_comm_group_end(NULL);
+					return (-1);
+				}
+			}
+		}
+	}
+	return (cuda_comm_group_end(cause));
+}
+
+/*
  * Copy src_seq's KV into the empty dst_seq: blocks are taken from dst_pool
- * on the host, then each layer's K and V pages are copied on the device
- * (between devices with peer copies when the instances differ).
+ * on the host, then each layer's K and V pages are copied on the device,
+ * rank by rank: between two groups with NCCL sends and receives (peer
+ * copies where NCCL is absent or the groups share a device), within one
+ * instance by device copies.  Both groups must split the heads alike, that
+ * is, have as many devices.
  */
 static int
 cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
@@ -900,11 +1412,10 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 	struct cuda_pool	*dp = cuda_pool_of(dst_pool);
 	const struct cuda_pool	*sp = cuda_pool_of(src_pool);
 	const struct kv_layout	*dl, *sl;
-	const size_t		 blk = (size_t)KV_BLOCK *
-				    dst_pool->layout.n_kv_heads *
-				    dst_pool->layout.head_dim * sizeof(uint16_t);
+	size_t			 blk, doff, soff;
 	uint32_t		 nb, i, layer, run;
-	size_t			 doff, soff;
+	int			 rank;
+	struct cuda_comm	*cc = NULL;
 
 	if (dp == NULL || sp == NULL || dp->bi != dst || sp->bi != src) {
 		set_cause(cause, "cuda: kv copy between pools not of the cuda "
@@ -918,6 +1429,12 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 	    dl->type != sl->type) {
 		set_cause(cause, "cuda: kv copy between pools of different "
 		    "layouts");
+		return (-1);
+	}
+	if (dst->n_ranks != src->n_ranks) {
+		set_cause(cause, "cuda: kv copy from a group of %d devices to "
+		    "one of %d (the heads are split differently)", src->n_ranks,
+		    dst->n_ranks);
 		return (-1);
 	}
 	if (dst_seq->n_blocks != 0 || dst_seq->n_tokens != 0) {
@@ -934,39 +1451,84 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 		return (-1);
 	}
 
-	/* The source's earlier writes are ordered on its stream. */
-	CU(cudaSetDevice(src->dev), "select source device");
-	CU(cudaStreamSynchronize(src->stream), "drain source stream");
-	CU(cudaSetDevice(dst->dev), "select device");
-	/* Runs of consecutive block ids on both sides go in one copy. */
-	for (i = 0; i < nb; i += run) {
-		run = 1;
-		while (i + run < nb && dst_seq->blocks[i + run] ==
-		    dst_seq->blocks[i] + run && src_seq->blocks[i + run] ==
-		    src_seq->blocks[i] + run)
-			run++;
-		doff = (size_t)dst_seq->blocks[i] * blk;
-		soff = (size_t)src_seq->blocks[i] * blk;
-		for (layer = 0; layer < dl->n_layers; layer++) {
-			if (copy_run(dst, src, (uint8_t *)pool_k(dp, layer) +
-			    doff, (const uint8_t *)pool_k(sp, layer) + soff,
-			    (size_t)run * blk, cause) != 0 ||
-			    copy_run(dst, src, (uint8_t *)pool_v(dp, layer) +
-			    doff, (const uint8_t *)pool_v(sp, layer) + soff,
-			    (size_t)run * blk, cause) != 0)
+	/* The source's earlier writes are ordered on its streams. */
+	if (sync_ranks(src, "drain source streams", cause) != 0)
+		goto fail;
+	blk = (size_t)KV_BLOCK * dst->nkv * dl->head_dim * sizeof(uint16_t);
+	if (dst != src && (cc = xfer_comm(dst, src)) != NULL) {
+		for (layer = 0; layer < dl->n_layers; layer++)
+			if (xfer_layer(cc, dst, dp, dst_seq, src, sp, src_seq, nb,
+			    layer, blk, cause) != 0)
 				goto fail;
+		dst->n_xfer_nccl++;
+	} else if (dst != src)
+		dst->n_xfer_peer++;
+	for (rank = 0; rank < dst->n_ranks && (dst == src || cc == NULL);
+	    rank++) {
+		CU(cudaSetDevice(dst->r[rank].dev), "select device");
+		/* Runs of consecutive block ids on both sides go in one copy. */
+		for (i = 0; i < nb; i += run) {
+			run = 1;
+			while (i + run < nb && dst_seq->blocks[i + run] ==
+			    dst_seq->blocks[i] + run && src_seq->blocks[i +
+			    run] == src_seq->blocks[i] + run)
+				run++;
+			doff = (size_t)dst_seq->blocks[i] * blk;
+			soff = (size_t)src_seq->blocks[i] * blk;
+			for (layer = 0; layer < dl->n_layers; layer++) {
+				if (copy_run(&dst->r[rank], &src->r[rank],
+				    (uint8_t *)pool_k(dp, rank, layer) + doff,
+				    (const uint8_t *)pool_k(sp, rank, layer) +
+				    soff, (size_t)run * blk, cause) != 0 ||
+				    copy_run(&dst->r[rank], &src->r[rank],
+				    (uint8_t *)pool_v(dp, rank, layer) + doff,
+				    (const uint8_t *)pool_v(sp, rank, layer) +
+				    soff, (size_t)run * blk, cause) != 0)
+					goto fail;
+			}
 		}
 	}
 	/* The source may reuse its blocks as soon as this returns. */
-	CU(cudaStreamSynchronize(dst->stream), "kv copy");
+	if (sync_ranks(dst, "kv copy", cause) != 0 ||
+	    sync_ranks(src, "kv copy", cause) != 0)
+		goto fail;
 	dst_seq->n_tokens = src_seq->n_tokens;
 	return (0);
 
 fail:
-	cudaSetDevice(dst->dev);
-	cudaStreamSynchronize(dst->stream);
+	sync_ranks(dst, "kv copy", NULL);
+	sync_ranks(src, "kv copy", NULL);
 	kv_seq_release(dst_pool, dst_seq);
 	return (-1);
+}
+
+/* How many decode graphs bi has captured and replayed. */
+void
+backend_cuda_graph_counts(const struct backend_inst *bi, uint64_t *captured,
+    uint64_t *replayed)
+{
+	*captured = bi->n_captured;
+	*replayed = bi->n_replayed;
+}
+
+/* How many KV transfers into bi went by NCCL and by peer copies. */
+void
+backend_cuda_kv_transfers(const struct backend_inst *bi, uint64_t *nccl,
+    uint64_t *peer)
+{
+	*nccl = bi->n_xfer_nccl;
+	*peer = bi->n_xfer_peer;
+}
+
+/* Device memory of each rank's share of the weights. */
+static int
+cuda_weight_bytes(struct backend_inst *bi, uint64_t *per_device, int max)
+{
+	int	i;
+
+	for (i = 0; i < bi->n_ranks && i < max; i++)
+		per_device[i] = bi->r[i].weight_bytes;
+	return (i);
 }
 
 const struct backend_ops backend_cuda_ops = {
@@ -977,4 +1539,5 @@ const struct backend_ops backend_cuda_ops = {
 	.kv_pool_free = cuda_kv_pool_free,
 	.forward = cuda_forward,
 	.kv_copy = cuda_kv_copy,
+	.weight_bytes = cuda_weight_bytes,
 };

@@ -9,7 +9,12 @@
 # reference and prints a table (kernel, shape, max abs err, pass/fail),
 # times the matrix products on Llama-3-8B shapes against the H200
 # rooflines, and runs the engine-level check (the CUDA backend against the
-# CPU backend on stories260K).
+# CPU backend on stories260K, also through the tensor-parallel NCCL path
+# on one GPU), the NCCL test (four GPUs or more), and end-to-end decode
+# (batch 1, 8, 64) and prompt (512, 4096) tokens/s of a Llama-3-8B-shaped
+# model in F16 (also through NCCL and with CUDA graphs), BF16, Q8_0 and
+# Q4_K_M with the achieved HBM bandwidth and matrix TFLOP/s against the
+# H200's peaks.
 # When autotools or the libraries the daemon needs are missing and cannot
 # be installed (an offline machine), the kernels and their tests are
 # compiled directly with nvcc and cc instead: they need neither.
@@ -202,6 +207,94 @@ else
 	tail -40 engine-build.log
 	echo "engine check: build failed"
 	status=1
+fi
+
+say "nccl (kernels/cuda/comm.c) between the devices"
+# The engine check above already ran stories260K on one GPU through the
+# tensor-parallel (NCCL) code path when NCCL was found; test-comm needs
+# four GPUs and skips on fewer.
+if [ $mode = autotools ] && grep -q "define HAVE_NCCL" config.h; then
+	make -j"$jobs" tests/gpu/test-comm >comm-build.log 2>&1 &&
+	    ./tests/gpu/test-comm | tail -3 || status=1
+else
+	echo "nccl not found at configure time (or the direct build): skipped"
+fi
+
+say "cuda graphs"
+echo "the engine check above ran stories260K with decode graphs on and" \
+    "off; the F16 rows below with /graphs have them on"
+
+say "end-to-end tokens/s, Llama-3-8B shape (${DEVICE_BENCH_LAYERS:-8} of 32 layers)"
+# phased-synth writes a Llama-3-8B-shaped model of random weights with
+# DEVICE_BENCH_LAYERS layers (default 8, so four files fit the disk and
+# the time); phased-bench runs it through the whole CUDA backend.  The
+# weights are read once per decode step, so achieved HBM bandwidth is
+# steps/s x weight bytes; prompt TFLOP/s counts 2 x parameters per token
+# (the attention's own products are left out, a few percent at 4096).
+# Peaks: H200 4800 GB/s HBM3e, 989 TFLOP/s dense BF16.  Each type is
+# skipped once the script has run 8 minutes, to stay under 10.
+layers=${DEVICE_BENCH_LAYERS:-8}
+bench_tmp=${TMPDIR:-/tmp}/phased-device-bench.$$
+if [ $mode = autotools ] && make -j"$jobs" phased-synth phased-bench \
+    >bench-build.log 2>&1 && command -v python3 >/dev/null 2>&1; then
+	mkdir -p "$bench_tmp"
+	printf '%-7s %-20s %10s %10s %8s\n' type test tok/s achieved "% peak" \
+	    >bench-table.txt
+	for ty in F16 BF16 Q8_0 Q4_K_M; do
+		if [ $(($(date +%s) - t0)) -gt 480 ]; then
+			printf '%-7s skipped: the 10-minute budget\n' "$ty" \
+			    >>bench-table.txt
+			continue
+		fi
+		f="$bench_tmp/llama3-8b-$ty.gguf"
+		if ! timeout 120 ./phased-synth --shape llama-3-8b --type "$ty" \
+		    --layers "$layers" -o "$f" >synth-$ty.log 2>&1; then
+			printf '%-7s phased-synth failed (synth-%s.log)\n' \
+			    "$ty" "$ty" >>bench-table.txt
+			rm -f "$f"
+			continue
+		fi
+		runs=plain
+		[ "$ty" = F16 ] && runs="plain graphs"
+		[ "$ty" = F16 ] && grep -q "define HAVE_NCCL" config.h &&
+		    runs="$runs collectives"
+		for run in $runs; do
+			x=
+			[ $run = collectives ] && x=--collectives
+			[ $run = graphs ] && x=--graphs
+			timeout 150 ./phased-bench -m "$f" --backend cuda $x \
+			    -p 512,4096 -n 32 -b 1,8,64 -r 2 --bw 4800 --json \
+			    >bench-$ty-$run.json 2>bench-$ty-$run.log ||
+			    { printf '%-7s phased-bench failed (%s)\n' "$ty" \
+			    "bench-$ty-$run.log" >>bench-table.txt; continue; }
+			python3 - "$ty" "$run" bench-$ty-$run.json \
+			    >>bench-table.txt <<'PY'
+import json, sys
+ty, run, path = sys.argv[1:4]
+j = json.load(open(path))
+wb = j["roofline"]["weight_bytes_per_step"]
+label = ty if run == "plain" else ty + ("/nccl" if run == "collectives" else "/graphs")
+for r in j["results"]:
+    tps = r["tps_median"]
+    if r["test"] == "tg":
+        gbs = tps / r["batch"] * wb / 1e9
+        print("%-7s %-20s %10.1f %7.0f GB/s %7.1f%%" % (label,
+              "decode batch %d" % r["batch"], tps, gbs, 100 * gbs / 4800))
+    else:
+        tf = 2 * j["n_params"] * tps / 1e12
+        print("%-7s %-20s %10.1f %5.0f TFLOP/s %5.1f%%" % (label,
+              "prompt %d" % r["n_tokens"], tps, tf, 100 * tf / 989))
+PY
+		done
+		rm -f "$f"
+	done
+	rm -rf "$bench_tmp"
+	cat bench-table.txt
+	echo "targets: decode batch 1 >= 80% of HBM, prompt >= 60% of the" \
+	    "bf16 matrix peak"
+else
+	echo "skipped: needs the autotools build (phased-synth, phased-bench)" \
+	    "and python3"
 fi
 
 say "done: $( [ $status = 0 ] && echo PASS || echo FAIL )"

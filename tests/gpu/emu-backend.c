@@ -8,13 +8,6 @@
 /* A stream handle: any distinct non-NULL pointer will do. */
 static char	emu_stream_token;
 
-/* Only device 0 exists, like the emulation's cudaGetDeviceCount says. */
-cudaError_t
-cudaSetDevice(int dev)
-{
-	return (dev == 0 ? cudaSuccess : cudaErrorInvalidValue);
-}
-
 /* Work runs when it is launched, so every stream is the same one. */
 cudaError_t
 cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
@@ -38,6 +31,8 @@ cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
     cudaStream_t st)
 {
 	(void)st;
+	if (emu_capturing())
+		return (cudaErrorInvalidValue);	/* not recorded */
 	return (cudaMemcpy(d, s, n, k));
 }
 
@@ -46,6 +41,8 @@ cudaError_t
 cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
 {
 	(void)st;
+	if (emu_capturing())
+		return (cudaErrorInvalidValue);
 	memset(d, v, n);
 	return (cudaSuccess);
 }

@@ -10,6 +10,9 @@
 # (weight upload, paged KV, ragged batches, kv_copy) against the CPU
 # backend, so the backend's logic is checked without a GPU; speed, GPU
 # rounding and real asynchrony need a device (tests/gpu/device-check.sh).
+# The backend's NCCL calls (kernels/cuda/comm.c, built as if NCCL were
+# present) go to the emulation's stand-in (tests/gpu/emu/nccl.c), so
+# tensor-parallel groups of 2 and 4 emulated devices run too.
 # Prints TAP; skips without the tools or a built tree.
 set -u
 top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -40,6 +43,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/phased-emu-engine.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 cp "$top_builddir/config.h" "$tmp/config.h"
+printf '#undef HAVE_NCCL\n#define HAVE_NCCL 1\n' >>"$tmp/config.h"
 san=
 [ -n "${EMU_SANITIZE:-}" ] && san="-fsanitize=address,undefined \
     -fno-sanitize-recover=all -fno-omit-frame-pointer"
@@ -49,7 +53,8 @@ inc="-I$top_srcdir/tests/gpu/emu/include -I$top_srcdir/tests/gpu -I$tmp \
     -I$top_srcdir/kernels/cpu"
 pids=
 . "$top_srcdir/tests/gpu/emu-kernels.sh"
-for f in kernels/ref.c tests/gpu/emu-backend.c tests/gpu/test-engine-cuda.c; do
+for f in kernels/ref.c tests/gpu/emu-backend.c tests/gpu/test-engine-cuda.c \
+    kernels/cuda/comm.c tests/gpu/emu/nccl.c; do
 	$CC -std=gnu11 -O2 -g -pthread $san $inc -c \
 	    -o "$tmp/$(basename "$f" .c).o" "$top_srcdir/$f" \
 	    >"$tmp/$(basename "$f").log" 2>&1 &

@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "backend_cuda.h"
+#include "comm.h"
 #include "cuda_kernels.h"
 #include "kvcache.h"
 #include "model.h"
@@ -361,7 +362,7 @@ out:
  */
 static void
 synth_one(const char *synth, const char *shared, const char *tmp,
-    const char *shape, const char *type, double tol)
+    const char *shape, const char *type, double tol, int n_dev, int layers)
 {
 	struct model_opts	 o = { .n_threads = 2 };
 	struct backend_config	 cfg;
@@ -373,16 +374,21 @@ synth_one(const char *synth, const char *shared, const char *tmp,
 	float			*lg, *lc;
 	char			 cmd[8192], out[2600], *cause = NULL;
 	double			 d, big, worst = 0.0, second;
-	int			 s, nv, dev = 0, agree = 1, good = 1, j;
+	int			 s, nv, devs[8], agree = 1, good = 1, j;
+	char			 what[64];
 
+	for (j = 0; j < n_dev; j++)
+		devs[j] = j;
+	snprintf(what, sizeof what, "%s %s on %d device%s", shape, type, n_dev,
+	    n_dev > 1 ? "s" : "");
 	/* Longer than the small-batch limit: the prompt takes the GEMM path. */
 	prompt[0] = 1;
 	for (j = 1; j < SYNTH_PROMPT; j++)
 		prompt[j] = 3 + (j * 37) % 500;
 	snprintf(out, sizeof out, "%s/synth-%s-%s.gguf", tmp, shape, type);
-	snprintf(cmd, sizeof cmd, "'%s' --shape %s --type %s --layers 2 "
+	snprintf(cmd, sizeof cmd, "'%s' --shape %s --type %s --layers %d "
 	    "--vocab '%s/models/stories260K.gguf' -o '%s' >/dev/null 2>&1",
-	    synth, shape, type, shared, out);
+	    synth, shape, type, layers, shared, out);
 	if (!ok(system(cmd) == 0, "phased-synth %s %s", shape, type))
 		return;
 	m = model_load(out, &o, NULL, NULL, &cause);
@@ -393,11 +399,11 @@ synth_one(const char *synth, const char *shared, const char *tmp,
 		return;
 	}
 	nv = model_info(m)->n_vocab;
-	cfg.devices = &dev;
-	cfg.n_devices = 1;
-	cfg.n_threads = 0;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.devices = devs;
+	cfg.n_devices = n_dev;
 	if (!ok(run_start(&gpu, &backend_cuda_ops, m, &cfg, 8) == 0,
-	    "%s %s: cuda instance", shape, type)) {
+	    "%s: cuda instance", what)) {
 		model_free(m);
 		return;
 	}
@@ -440,16 +446,57 @@ synth_one(const char *synth, const char *shared, const char *tmp,
 		e.tokens = &t;
 		e.n_tokens = 1;
 	}
-	ok(good, "%s %s: prompt and 8 decode steps run", shape, type);
-	near(worst, 0.0, tol, "%s %s: logits within %g of their size "
-	    "(max %.3g)", shape, type, tol, worst);
-	ok(agree, "%s %s: same argmax wherever it is clear", shape, type);
+	ok(good, "%s: prompt and 8 decode steps run", what);
+	near(worst, 0.0, tol, "%s: logits within %g of their size "
+	    "(max %.3g)", what, tol, worst);
+	ok(agree, "%s: same argmax wherever it is clear", what);
 	kv_seq_release(gpu.pool, &sg);
 	kv_seq_release(cpu.pool, &sc);
 	free(lg);
 	free(lc);
 	run_stop(&gpu);
 	run_stop(&cpu);
+	model_free(m);
+}
+
+/*
+ * A split that would cut quantization blocks is refused at create: tiny256
+ * Q4_K on two devices gives the attention output rows of 128, half a
+ * block.
+ */
+static void
+synth_refused(const char *synth, const char *shared, const char *tmp)
+{
+	struct model_opts	 o = { .n_threads = 1 };
+	struct backend_config	 cfg;
+	struct backend_inst	*bi;
+	struct model		*m;
+	int			 devs[2] = { 0, 1 };
+	char			 cmd[8192], out[2600], *cause = NULL;
+
+	snprintf(out, sizeof out, "%s/synth-split.gguf", tmp);
+	snprintf(cmd, sizeof cmd, "'%s' --shape tiny256 --type Q4_K --layers 1 "
+	    "--vocab '%s/models/stories260K.gguf' -o '%s' >/dev/null 2>&1",
+	    synth, shared, out);
+	if (system(cmd) != 0 ||
+	    (m = model_load(out, &o, NULL, NULL, &cause)) == NULL) {
+		ok(0, "tiny256 Q4_K for the split refusal (%s)", STR(cause));
+		free(cause);
+		unlink(out);
+		return;
+	}
+	unlink(out);
+	memset(&cfg, 0, sizeof cfg);
+	cfg.devices = devs;
+	cfg.n_devices = 2;
+	bi = backend_cuda_ops.create(m, &cfg, &cause);
+	ok(bi == NULL && cause != NULL && strstr(cause, "'blk.0.attn_output."
+	    "weight': rows of 256 split 2 ways are not whole Q4_K blocks of "
+	    "256") != NULL, "a split inside Q4_K blocks is refused (%s)",
+	    STR(cause));
+	if (bi != NULL)
+		backend_cuda_ops.destroy(bi);
+	free(cause);
 	model_free(m);
 }
 
@@ -460,16 +507,22 @@ test_synth(const char *shared)
 	static const struct {
 		const char	*shape, *type;
 		double		 tol;
+		int		 n_dev, layers;
 	} t[] = {
 		/* F16/BF16 products round the activations to the weight type. */
-		{ "stories260K", "F16", 5e-3 },
-		{ "stories260K", "BF16", 1e-2 },
+		{ "stories260K", "F16", 5e-3, 1, 2 },
+		{ "stories260K", "BF16", 1e-2, 1, 2 },
 		/* The CPU's quantized products differ more (about 1e-2). */
-		{ "stories260K", "Q8_0", 3e-2 },
-		{ "stories260K", "Q4_0", 3e-2 },
+		{ "stories260K", "Q8_0", 3e-2, 1, 2 },
+		{ "stories260K", "Q4_0", 3e-2, 1, 2 },
 		/* Rows of 256: whole K-quant blocks. */
-		{ "tiny256", "Q4_K", 4e-2 },
-		{ "tiny256", "Q6_K", 4e-2 },
+		{ "tiny256", "Q4_K", 4e-2, 1, 2 },
+		{ "tiny256", "Q6_K", 4e-2, 1, 2 },
+		/* Tensor-parallel: row slices of 128 and 384, whole Q8_0 blocks. */
+		{ "tiny256", "Q8_0", 3e-2, 2, 2 },
+		/* The TinyLlama-1.1B shape (one of its 22 layers), 2 and 4 ways. */
+		{ "tinyllama-1.1b", "F16", 5e-3, 2, 1 },
+		{ "tinyllama-1.1b", "F16", 5e-3, 4, 1 },
 	};
 	const char	*bdir = getenv("top_builddir");
 	char		 synth[1200], tmp[1200];
@@ -486,8 +539,18 @@ test_synth(const char *shared)
 		diag("mkdtemp %s failed: other weight types not tested", tmp);
 		return;
 	}
-	for (i = 0; i < sizeof t / sizeof t[0]; i++)
-		synth_one(synth, shared, tmp, t[i].shape, t[i].type, t[i].tol);
+	for (i = 0; i < sizeof t / sizeof t[0]; i++) {
+		if (t[i].n_dev > 1 && (t[i].n_dev > cuda_device_count() ||
+		    !cuda_comm_built())) {
+			diag("%s %s on %d devices: too few devices or no nccl",
+			    t[i].shape, t[i].type, t[i].n_dev);
+			continue;
+		}
+		synth_one(synth, shared, tmp, t[i].shape, t[i].type, t[i].tol,
+		    t[i].n_dev, t[i].layers);
+	}
+	if (cuda_device_count() >= 2 && cuda_comm_built())
+		synth_refused(synth, shared, tmp);
 	rmdir(tmp);
 }
 
@@ -501,7 +564,7 @@ test_errors(const struct model *m, struct run *gpu, struct run *cpu)
 	int32_t			 bad = MAXV, good = 1;
 	char			*cause = NULL;
 	int			 dev = 99, rc;
-	struct backend_config	 cfg = { &dev, 1, 0 };
+	struct backend_config	 cfg = { .devices = &dev, .n_devices = 1 };
 	struct backend_inst	*bi;
 
 	memset(&seq, 0, sizeof seq);
@@ -530,6 +593,199 @@ test_errors(const struct model *m, struct run *gpu, struct run *cpu)
 	    "device 99 is refused (%s)", STR(cause));
 	if (bi != NULL)
 		gpu->ops->destroy(bi);
+	free(cause);
+}
+
+/*
+ * stories260K tensor-parallel on n emulated (or real) devices from first:
+ * the golden continuation and the ragged batches against the cpu, as for
+ * one device.  collectives: run one device through the NCCL path too.
+ */
+static void
+test_tp(const struct model *m, struct run *cpu, const char *doc, int n,
+    int first, int collectives)
+{
+	struct backend_config	 cfg;
+	struct run		 tp;
+	int			 devs[8], i;
+
+	for (i = 0; i < n; i++)
+		devs[i] = first + i;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.devices = devs;
+	cfg.n_devices = n;
+	cfg.collectives = collectives;
+	diag("tensor-parallel group of %d device%s%s", n, n > 1 ? "s" : "",
+	    collectives ? " through nccl" : "");
+	if (!ok(run_start(&tp, &backend_cuda_ops, m, &cfg, 64) == 0,
+	    "cuda instance on %d device%s", n, n > 1 ? "s" : ""))
+		return;
+	test_greedy(&tp, cpu, doc);
+	test_ragged(&tp, cpu, doc);
+	run_stop(&tp);
+}
+
+/*
+ * Decode iterations as CUDA graphs on one device: the golden continuation
+ * and the ragged batches as without them, with graphs captured once per
+ * shape and replayed for most of the 200 steps.
+ */
+static void
+test_graphs(const struct model *m, struct run *cpu, const char *doc)
+{
+	struct backend_config	 cfg;
+	struct run		 gr;
+	uint64_t		 captured = 0, replayed = 0;
+	int			 dev = 0;
+
+	memset(&cfg, 0, sizeof cfg);
+	cfg.devices = &dev;
+	cfg.n_devices = 1;
+	cfg.graphs = 1;
+	diag("decode as cuda graphs");
+	if (!ok(run_start(&gr, &backend_cuda_ops, m, &cfg, 64) == 0,
+	    "cuda instance with graphs"))
+		return;
+	test_greedy(&gr, cpu, doc);
+	backend_cuda_graph_counts(gr.bi, &captured, &replayed);
+	/* Block tables of 1, 2, 4, 8 and 16 blocks: 205 positions. */
+	ok(captured == 5 && replayed >= 190, "5 decode graphs captured, %llu "
+	    "replays (%llu captured)", (unsigned long long)replayed,
+	    (unsigned long long)captured);
+	test_ragged(&gr, cpu, doc);
+	run_stop(&gr);
+}
+
+/*
+ * KV moved between two groups of two devices (prefill on 0-1, decode on
+ * 2-3) continues exactly as it would have in place; groups of other sizes
+ * are refused; a group that does not divide the heads is refused.
+ */
+static void
+test_tp_copy(const struct model *m)
+{
+	struct backend_config	 cfg;
+	struct run		 a, b, one, over;
+	struct kv_seq		 sa, sb, sc, so;
+	int			 dov[2] = { 1, 2 };
+	uint64_t		 nccl = 0, peer = 0;
+	struct fwd_entry	 e;
+	int32_t			 prompt[20], tok = 42;
+	int			 da[2] = { 0, 1 }, db[2] = { 2, 3 }, d3[3] = { 0, 1, 2 };
+	int			 i, d0 = 0;
+	float			 la[MAXV], lb[MAXV];
+	char			*cause = NULL;
+	struct backend_inst	*bi;
+
+	memset(&sa, 0, sizeof sa);
+	memset(&sb, 0, sizeof sb);
+	memset(&sc, 0, sizeof sc);
+	memset(&so, 0, sizeof so);
+	memset(&cfg, 0, sizeof cfg);
+	cfg.n_devices = 2;
+	cfg.devices = da;
+	if (run_start(&a, &backend_cuda_ops, m, &cfg, 16) != 0) {
+		ok(0, "group on devices 0-1");
+		return;
+	}
+	cfg.devices = db;
+	if (run_start(&b, &backend_cuda_ops, m, &cfg, 16) != 0) {
+		ok(0, "group on devices 2-3");
+		run_stop(&a);
+		return;
+	}
+	prompt[0] = 1;
+	for (i = 1; i < 20; i++)
+		prompt[i] = 3 + (i * 29) % 500;
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 20;
+	e.logits = la;
+	ok(run_batch(&a, &e, 1) == 0, "prefill of 20 tokens on devices 0-1");
+	ok(a.ops->kv_copy(b.bi, b.pool, &sb, a.bi, a.pool, &sa, &cause) == 0,
+	    "kv moved from group 0-1 to group 2-3 (%s)", STR(cause));
+	free(cause);
+	cause = NULL;
+	e.tokens = &tok;
+	e.n_tokens = 1;
+	e.seq = &sa;
+	e.logits = la;
+	run_batch(&a, &e, 1);
+	e.seq = &sb;
+	e.logits = lb;
+	if (ok(run_batch(&b, &e, 1) == 0, "decode on group 2-3"))
+		near(maxdiff(la, lb, MAXV), 0.0, 1e-6, "its logits equal "
+		    "those in place (max diff %.3g)", maxdiff(la, lb, MAXV));
+	backend_cuda_kv_transfers(b.bi, &nccl, &peer);
+	ok(nccl == 1 && peer == 0, "the move went by nccl send and receive "
+	    "(%llu by nccl, %llu by peer copies)", (unsigned long long)nccl,
+	    (unsigned long long)peer);
+
+	/* Groups sharing device 1 cannot form one clique: peer copies. */
+	cfg.devices = dov;
+	if (run_start(&over, &backend_cuda_ops, m, &cfg, 16) == 0) {
+		ok(a.ops->kv_copy(over.bi, over.pool, &so, a.bi, a.pool, &sa,
+		    &cause) == 0, "kv moved from group 0-1 to group 1-2 (%s)",
+		    STR(cause));
+		free(cause);
+		cause = NULL;
+		e.seq = &so;
+		e.logits = lb;
+		tok = 7;
+		if (ok(run_batch(&over, &e, 1) == 0, "decode on group 1-2")) {
+			e.seq = &sa;
+			e.logits = la;
+			run_batch(&a, &e, 1);
+			near(maxdiff(la, lb, MAXV), 0.0, 1e-6, "its logits equal "
+			    "those in place (max diff %.3g)",
+			    maxdiff(la, lb, MAXV));
+		}
+		backend_cuda_kv_transfers(over.bi, &nccl, &peer);
+		ok(nccl == 0 && peer == 1, "that move went by peer copies "
+		    "(%llu by nccl, %llu by peer copies)",
+		    (unsigned long long)nccl, (unsigned long long)peer);
+		kv_seq_release(over.pool, &so);
+		run_stop(&over);
+	} else
+		ok(0, "group on devices 1-2");
+	cfg.n_devices = 2;
+
+	cfg.devices = &d0;
+	cfg.n_devices = 1;
+	if (run_start(&one, &backend_cuda_ops, m, &cfg, 16) == 0) {
+		ok(one.ops->kv_copy(one.bi, one.pool, &sc, a.bi, a.pool, &sa,
+		    &cause) == -1 && cause != NULL && strstr(cause, "from a "
+		    "group of 2 devices to one of 1") != NULL, "kv copy from 2 "
+		    "devices to 1 is refused (%s)", STR(cause));
+		is_int(kv_pool_used_blocks(one.pool), 0, "no block taken by "
+		    "the refused copy");
+		free(cause);
+		cause = NULL;
+		run_stop(&one);
+	}
+	kv_seq_release(a.pool, &sa);
+	kv_seq_release(b.pool, &sb);
+	run_stop(&a);
+	run_stop(&b);
+
+	cfg.devices = d3;
+	cfg.n_devices = 3;
+	bi = backend_cuda_ops.create(m, &cfg, &cause);
+	ok(bi == NULL && cause != NULL && strstr(cause, "a group of 3 devices "
+	    "must divide the model's 8 attention heads and 4 kv heads") != NULL,
+	    "3 devices are refused (%s)", STR(cause));
+	if (bi != NULL)
+		backend_cuda_ops.destroy(bi);
+	free(cause);
+	cause = NULL;
+	cfg.devices = da;
+	da[1] = 0;
+	bi = backend_cuda_ops.create(m, &cfg, &cause);
+	ok(bi == NULL && cause != NULL && strstr(cause, "device 0 listed "
+	    "twice") != NULL, "a device listed twice is refused (%s)",
+	    STR(cause));
+	if (bi != NULL)
+		backend_cuda_ops.destroy(bi);
 	free(cause);
 }
 
@@ -618,6 +874,19 @@ main(void)
 	test_greedy(&gpu, &cpu, doc);
 	test_ragged(&gpu, &cpu, doc);
 	test_errors(m, &gpu, &cpu);
+	test_graphs(m, &cpu, doc);
+	/* One device through the tensor-parallel (NCCL) code path. */
+	if (cuda_comm_built())
+		test_tp(m, &cpu, doc, 1, 0, 1);
+	else
+		diag("no nccl: the collectives path is not tested");
+	if (cuda_device_count() >= 4 && cuda_comm_built()) {
+		test_tp(m, &cpu, doc, 2, 0, 0);
+		test_tp(m, &cpu, doc, 4, 0, 0);
+		test_tp_copy(m);
+	} else
+		diag("fewer than 4 devices or no nccl: tensor parallelism "
+		    "not tested");
 	test_synth(shared);
 	test_refused_arch(shared);
 

@@ -220,12 +220,22 @@ ok(rc == 1 and "ctx 'abc' is not an integer" in err, "a bad load option is refus
 rc, out, err = d.ctl("load", "x", MODEL, "groups=mixed:cuda0")
 ok(rc == 1 and ("backend cuda is not built" in err or "cuda: " in err),
    "a GPU group without a usable CUDA backend is refused", err)
+rc, out, err = d.ctl("load", "x", MODEL, "groups=prefill:cuda0-1/decode:cuda2+cuda3")
+ok(rc == 1 and ("backend cuda is not built" in err or "cuda: " in err),
+   "tensor-parallel GPU groups parse and reach the backend", err)
+for opt, want in (("groups=mixed:cuda0+cuda0", "device group cuda0+cuda0 lists cuda0 twice"),
+                  ("groups=mixed:cuda0-9", "device group cuda0-9 lists more than 8 gpus"),
+                  ("groups=mixed:cuda1-0", "bad device 'cuda1-0' (expected e.g. cuda0, cuda0-1 or cuda0+cuda2)"),
+                  ("groups=mixed:cuda0+cpu1", "bad device 'cuda0+cpu1'")):
+    rc, out, err = d.ctl("load", "badgpu", MODEL, opt)
+    ok(rc == 1 and want in err, "load %s is refused by name" % opt, err)
 rc, out, err = d.ctl("load", "x", MODEL, "frobs=1")
 ok(rc == 1 and "unknown option 'frobs'" in err, "an unknown load option is refused", err)
 for opt, want in (("policy-deadline=0", "policy-deadline 0 is out of range 1..1000"),
                   ("policy-deadline=5000", "policy-deadline 5000 is out of range 1..1000"),
                   ("keep-alive=soon", "keep-alive 'soon' is not a duration"),
-                  ("load=maybe", "load 'maybe' is not lazy or start")):
+                  ("load=maybe", "load 'maybe' is not lazy or start"),
+                  ("cuda-graphs=maybe", "cuda-graphs 'maybe' is not on or off")):
     rc, out, err = d.ctl("load", "badopt", MODEL, opt)
     ok(rc == 1 and want in err, "load %s is refused by name" % opt, err)
 ok("badopt" not in models(d), "no model is left behind by the refused loads")
@@ -292,9 +302,19 @@ ok(rc == 0, "load on a prefill group and a decode group", err)
 m = models(d)["dis"]
 ok(m["policy"] == "disaggregated" and len(m["groups"]) == 2 and m["groups"][0]["role"] == "prefill"
    and m["groups"][1]["role"] == "decode", "two groups, disaggregated policy by default", m)
+ok(all(g["weight_bytes"] == [] and g["memory_bytes"] > 0 for g in m["groups"]),
+   "cpu groups report their kv memory and no device weights", m["groups"])
 res = gen_many(d, "dis", PROMPTS, ["--max-tokens", "40", "--temp", "0"])
 bad = [p for p, (t, r) in zip(PROMPTS, res) if t != solo[p]]
 ok(not bad, "disaggregated generations equal the solo tokens", bad)
+st = json.loads(d.ctl("--json", "stats", "dis")[1])["models"][0]
+kvb = st["counters"].get("kv_transfer_bytes", 0)
+ok(kvb > 0 and st["counters"].get("kv_transfer_ms", -1) >= 0,
+   "stats count the KV bytes moved from prefill to decode (%s)" % kvb, st["counters"])
+rc, out, err = d.ctl("metrics")
+ok(rc == 0 and 'phased_kv_transfer_bytes_total{model="dis"} %d' % kvb in out
+   and 'phased_kv_transfers_total{model="dis"} %d' % len(PROMPTS) in out,
+   "metrics count the KV moves and their bytes", [x for x in out.splitlines() if "kv_transfer" in x])
 ok(wait_idle(d, "dis")["kv_blocks_used"] == 0, "no KV left in use on either group")
 d.ctl("unload", "dis")
 

@@ -207,9 +207,45 @@ emu_run_block(void)
 	}
 }
 
-/* Run a kernel launch synchronously. */
+/*
+ * Stream capture: while it is on, launches and cuBLAS products are
+ * recorded into the graph being built instead of run; a graph launch runs
+ * them in order.  One capture at a time, as the backend uses them.
+ */
+struct CUgraph_st {
+	std::vector<std::function<void()>>	ops;
+};
+struct CUgraphExec_st {
+	std::vector<std::function<void()>>	ops;
+};
+static CUgraph_st	*capture;
+
+/* Whether a capture is on. */
+extern "C" int
+emu_capturing(void)
+{
+	return capture != NULL;
+}
+
+static void emu_run_launch(dim3, dim3, size_t, std::function<void()>);
+
+/* Run a kernel launch synchronously, or record it in the capture. */
 void
 emu_launch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t,
+    std::function<void()> fn)
+{
+	if (capture != NULL) {
+		capture->ops.push_back([=]() {
+			emu_run_launch(grid, block, smem_bytes, fn);
+		});
+		return;
+	}
+	emu_run_launch(grid, block, smem_bytes, fn);
+}
+
+/* Run a kernel launch now. */
+static void
+emu_run_launch(dim3 grid, dim3 block, size_t smem_bytes,
     std::function<void()> fn)
 {
 	unsigned	x, y, z;
@@ -235,6 +271,63 @@ emu_launch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t,
 }
 
 extern "C" {
+
+/* Start recording a stream's work. */
+cudaError_t
+cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode)
+{
+	if (capture != NULL)
+		return cudaErrorInvalidValue;
+	capture = new CUgraph_st;
+	return cudaSuccess;
+}
+
+/* Stop recording: the graph holds what was queued. */
+cudaError_t
+cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g)
+{
+	if (capture == NULL)
+		return cudaErrorInvalidValue;
+	*g = capture;
+	capture = NULL;
+	return cudaSuccess;
+}
+
+/* An executable copy of a graph. */
+cudaError_t
+cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long)
+{
+	*x = new CUgraphExec_st;
+	(*x)->ops = g->ops;
+	return cudaSuccess;
+}
+
+/* Replay a graph now. */
+cudaError_t
+cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t)
+{
+	if (capture != NULL)
+		return cudaErrorInvalidValue;
+	for (auto &op : x->ops)
+		op();
+	return cudaSuccess;
+}
+
+/* Free an executable graph. */
+cudaError_t
+cudaGraphExecDestroy(cudaGraphExec_t x)
+{
+	delete x;
+	return cudaSuccess;
+}
+
+/* Free a graph. */
+cudaError_t
+cudaGraphDestroy(cudaGraph_t g)
+{
+	delete g;
+	return cudaSuccess;
+}
 
 /* Device memory is host memory, filled with 0xff (NaN) bytes. */
 cudaError_t
@@ -265,9 +358,13 @@ cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
 
 /* Launches run synchronously: there is never anything to wait for. */
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+/* Waiting on a stream being captured is an error, as on a GPU. */
+cudaError_t
+cudaStreamSynchronize(cudaStream_t)
+{
+	return capture != NULL ? cudaErrorInvalidValue : cudaSuccess;
+}
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = NULL; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
@@ -281,11 +378,36 @@ cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
 	return cudaSuccess;
 }
 
-/* One emulated device, an H200-like SM count (it steers context splits). */
+/*
+ * EMU_DEVICES emulated devices (so tensor-parallel groups can be formed),
+ * all sharing host memory; each has an H200-like SM count (it steers
+ * context splits).  The current device is per host thread, as in CUDA.
+ */
+#define EMU_DEVICES	8
+static __thread int	emu_device;
+
 cudaError_t
 cudaGetDeviceCount(int *n)
 {
-	*n = 1;
+	*n = EMU_DEVICES;
+	return cudaSuccess;
+}
+
+/* Make a device current for the calling thread. */
+cudaError_t
+cudaSetDevice(int dev)
+{
+	if (dev < 0 || dev >= EMU_DEVICES)
+		return cudaErrorInvalidValue;
+	emu_device = dev;
+	return cudaSuccess;
+}
+
+/* The calling thread's current device. */
+cudaError_t
+cudaGetDevice(int *d)
+{
+	*d = emu_device;
 	return cudaSuccess;
 }
 
@@ -390,13 +512,32 @@ emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+/* Run a product now, or record it in the capture (its scalars by value). */
+static cublasStatus_t
+emu_gemm_queue(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+    int k, float alpha, const void *A, cudaDataType_t at, int lda,
+    const void *B, cudaDataType_t bt, int ldb, float beta, float *C, int ldc)
+{
+	if (capture == NULL)
+		return emu_gemm(ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb,
+		    beta, C, ldc);
+	capture->ops.push_back([=]() {
+		if (emu_gemm(ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb,
+		    beta, C, ldc) != CUBLAS_STATUS_SUCCESS) {
+			fprintf(stderr, "emu: a captured product failed\n");
+			abort();
+		}
+	});
+	return CUBLAS_STATUS_SUCCESS;
+}
+
 /* SGEMM through the reference product. */
 cublasStatus_t
 cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
     int m, int n, int k, const float *alpha, const float *A, int lda,
     const float *B, int ldb, const float *beta, float *C, int ldc)
 {
-	return emu_gemm(ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B,
+	return emu_gemm_queue(ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B,
 	    CUDA_R_32F, ldb, *beta, C, ldc);
 }
 
@@ -411,6 +552,6 @@ cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
 	/* The combinations phased uses: F16xF16 or BF16xBF16 into F32. */
 	if (ct != CUDA_R_32F || at != bt || at == CUDA_R_32F)
 		return CUBLAS_STATUS_INVALID_VALUE;
-	return emu_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B,
-	    bt, ldb, *(const float *)beta, (float *)C, ldc);
+	return emu_gemm_queue(ta, tb, m, n, k, *(const float *)alpha, A, at,
+	    lda, B, bt, ldb, *(const float *)beta, (float *)C, ldc);
 }

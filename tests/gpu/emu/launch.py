@@ -5,7 +5,11 @@
 #
 # A launch "kernel<<<grid, block, smem, stream>>>(args);" (the callee is
 # everything from the start of its line) becomes
-# "emu_launch(grid, block, smem, stream, [=]() { kernel(args); });", and
+# "emu_launch(grid, block, smem, stream, [=, a = emu_args(kernel)(args)]() {
+# apply(kernel, a); });": the arguments are converted to the kernel's
+# parameter types and stored at the launch, as
+# CUDA does, so a launch recorded by a stream capture and replayed later
+# sees the values it was given, not what its pointers point to then; and
 # "extern __shared__ T name[];" becomes a pointer to the emulated dynamic
 # shared memory.  Nothing else changes.
 import re
@@ -37,8 +41,10 @@ def rewrite(src):
                     break
             p += 1
         out.append(src[i:start])
-        out.append('emu_launch(%s, [=]() { %s(%s); })' %
-                   (src[j + 3:k], src[start:j], src[k + 4:p]))
+        kern = src[start:j]
+        out.append('emu_launch(%s, [=, emu_a = emu_args(%s)(%s)]() { '
+                   'std::apply(%s, emu_a); })' %
+                   (src[j + 3:k], kern, src[k + 4:p], kern))
         i = p + 1
 
 

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include <functional>
+#include <tuple>
 
 #include "cuda_runtime_api.h"
 
@@ -43,6 +44,21 @@ struct dim3 {
 struct emu_uint3 {
 	unsigned	x, y, z;
 };
+/*
+ * A launch's arguments converted to the kernel's parameter types and kept
+ * by value (launch.py), as CUDA copies them when the launch is queued.
+ */
+template <class... P>
+struct emu_binder {
+	std::tuple<P...> operator()(P... p) const { return std::tuple<P...>(p...); }
+};
+template <class... P>
+static inline emu_binder<P...>
+emu_args(void (*)(P...))
+{
+	return emu_binder<P...>();
+}
+
 extern emu_uint3	threadIdx, blockIdx;
 extern dim3		blockDim, gridDim;
 extern void		*emu_dyn_smem;

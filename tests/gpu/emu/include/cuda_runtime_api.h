@@ -33,6 +33,14 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 typedef struct CUstream_st	*cudaStream_t;
 typedef struct CUevent_st	*cudaEvent_t;
+typedef struct CUgraph_st	*cudaGraph_t;
+typedef struct CUgraphExec_st	*cudaGraphExec_t;
+
+enum cudaStreamCaptureMode {
+	cudaStreamCaptureModeGlobal = 0,
+	cudaStreamCaptureModeThreadLocal = 1,
+	cudaStreamCaptureModeRelaxed = 2
+};
 
 struct cudaDeviceProp {
 	char	name[256];
@@ -50,6 +58,7 @@ cudaError_t	 cudaStreamSynchronize(cudaStream_t);
 cudaError_t	 cudaGetLastError(void);
 cudaError_t	 cudaGetDeviceCount(int *);
 cudaError_t	 cudaGetDevice(int *);
+cudaError_t	 cudaSetDevice(int);
 cudaError_t	 cudaDeviceGetAttribute(int *, enum cudaDeviceAttr, int);
 cudaError_t	 cudaGetDeviceProperties(struct cudaDeviceProp *, int);
 const char	*cudaGetErrorString(cudaError_t);
@@ -58,6 +67,19 @@ cudaError_t	 cudaEventDestroy(cudaEvent_t);
 cudaError_t	 cudaEventRecord(cudaEvent_t, cudaStream_t);
 cudaError_t	 cudaEventSynchronize(cudaEvent_t);
 cudaError_t	 cudaEventElapsedTime(float *, cudaEvent_t, cudaEvent_t);
+/*
+ * Stream capture records the kernel launches and cuBLAS products queued
+ * while it is on (other stream work is refused) and a graph replays them.
+ */
+cudaError_t	 cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode);
+cudaError_t	 cudaStreamEndCapture(cudaStream_t, cudaGraph_t *);
+cudaError_t	 cudaGraphInstantiate(cudaGraphExec_t *, cudaGraph_t,
+		    unsigned long long);
+cudaError_t	 cudaGraphLaunch(cudaGraphExec_t, cudaStream_t);
+cudaError_t	 cudaGraphExecDestroy(cudaGraphExec_t);
+cudaError_t	 cudaGraphDestroy(cudaGraph_t);
+/* Whether a capture is on (for the emulation's own checks). */
+int		 emu_capturing(void);
 
 #ifdef __cplusplus
 }
