@@ -453,6 +453,23 @@ quant_act_pos(int layout, int64_t e)
 	return (e / 256 * 256 + act_pos(layout, (int)(e % 256)));
 }
 
+/*
+ * ACT_BLOCK: fold the eight lane biases of each block into one, in place
+ * (entry b is written after entries 8b..8b+7 were read).
+ */
+void
+quant_act_block_bias(int32_t *bias, int64_t nb)
+{
+	int64_t	b;
+	int	j, sum;
+
+	for (b = 0; b < nb; b++) {
+		for (sum = 0, j = 0; j < 8; j++)
+			sum += bias[8 * b + j];
+		bias[b] = sum;
+	}
+}
+
 /* Quantize tokens [t0, t1) of the activations in blocks of 32. */
 void
 quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)
@@ -528,6 +545,8 @@ quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 				bias[l] = -off * (g[0] + g[1] + g[2] + g[3]);
 			}
 		}
+		if (a->layout == ACT_BLOCK)
+			quant_act_block_bias(bias, nb);
 	}
 }
 
@@ -937,7 +956,8 @@ scalar_bf16(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
 struct quant_kernel
 quant_kernel_scalar(uint32_t type)
 {
-	struct quant_kernel	k = { NULL, 4, 4, ACT_NATURAL, quant_act_fill };
+	struct quant_kernel	k = { .mr = 4, .nr = 4, .layout = ACT_NATURAL,
+	    .fill = quant_act_fill };
 
 	switch (type) {
 	case TT_F32:
@@ -978,6 +998,21 @@ quant_kernel_scalar(uint32_t type)
 static int	forced_isa = QUANT_ISA_AUTO;
 static int	best_isa = -1;
 static int	bf16_dot;
+static int	no_pack;
+
+/* Allow weights to be repacked at load; returns the old setting. */
+int
+quant_allow_pack(int allow)
+{
+	return (!__atomic_exchange_n(&no_pack, allow == 0, __ATOMIC_RELAXED));
+}
+
+/* Whether weights may be repacked at load. */
+int
+quant_pack_allowed(void)
+{
+	return (!__atomic_load_n(&no_pack, __ATOMIC_RELAXED));
+}
 
 /* Allow bf16 dot products for F16/BF16 weights; returns the old setting. */
 int
@@ -1072,7 +1107,7 @@ quant_isa_name(int isa)
 struct quant_kernel
 quant_kernel_get(int isa, uint32_t type)
 {
-	struct quant_kernel	k = { NULL, 0, 0, 0, NULL };
+	struct quant_kernel	k = { .fn = NULL };
 
 	if (isa >= QUANT_ISA_AVX512)
 		k = quant_kernel_avx512(type);

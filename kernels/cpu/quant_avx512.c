@@ -1016,14 +1016,214 @@ avx512_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 				    _mm512_set1_ps(d[ba]), _mm256_set1_ps(d[bb]), 1));
 			}
 		}
+		if (a->layout == ACT_BLOCK)
+			quant_act_block_bias(bias, nb);
 	}
 }
+
+/*
+ * Repacked Q4_0 and Q8_0.  Weights are copied at load into groups of 16
+ * rows: per 32-element block, the 16 rows' half-precision scales, then the
+ * codes as 64-byte vectors whose 32-bit lane i holds four codes of row i.
+ * Q4_0: vector k (0..3) is bytes 4k..4k+3 of each row's block as stored,
+ * so its low nibbles are elements 4k..4k+3 and its high nibbles 16+4k..;
+ * Q8_0: vector k (0..7) is elements 4k..4k+3 plus 128.  vpdpbusd of a code
+ * vector with four activation codes broadcast to every lane then adds to
+ * 16 rows at once, and a block's integer sum for 16 rows x 1 token stays
+ * in one register (no per-lane scales, no horizontal sums): per block,
+ * acc = fma(f32(bias + sum of u * q), row scales * token scale, acc), one
+ * chain per output in block order, whatever the tile.
+ */
+#define PG	16	/* rows per packed group */
+#define PMR	2	/* groups per tile */
+#define PNR	6	/* tokens per tile */
+
+/* Bytes of one block of a packed group. */
+#define PBLK(kind)	((kind) == K_Q4_0 ? 32 + 256 : 32 + 512)
+
+/* Copy rows into the packed layout (or only size it when dst is NULL). */
+static size_t
+pack_rows(const enum kind kind, const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+    uint8_t *dst)
+{
+	const int64_t	nb = cols / 32, ng = (rows + PG - 1) / PG;
+	const int	bb = kind == K_Q4_0 ? 18 : 34, nk = kind == K_Q4_0 ? 4 : 8;
+	int64_t		g, b, r;
+	int		i, k, e;
+
+	if (dst == NULL)
+		return ((size_t)(ng * nb * PBLK(kind)));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nb; b++) {
+			uint8_t *o = dst + (size_t)(g * nb + b) * PBLK(kind);
+
+			memset(o, 0, PBLK(kind));
+			for (i = 0; i < PG; i++) {
+				const uint8_t *blk;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				blk = w + (size_t)r * rb + (size_t)b * bb;
+				memcpy(o + 2 * i, blk, 2);
+				for (k = 0; k < nk; k++)
+					for (e = 0; e < 4; e++)
+						o[32 + 64 * k + 4 * i + e] = kind == K_Q4_0 ?
+						    blk[2 + 4 * k + e] :
+						    (uint8_t)(blk[2 + 4 * k + e] ^ 0x80);
+			}
+		}
+	}
+	return ((size_t)(ng * nb * PBLK(kind)));
+}
+
+/* Four activation codes broadcast to every lane. */
+AI __m512i
+bcast4(const int8_t *p)
+{
+	int32_t	v;
+
+	memcpy(&v, p, 4);
+	return (_mm512_set1_epi32(v));
+}
+
+/* One packed tile: mg groups of 16 rows by nr tokens (compile-time). */
+AI void
+packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
+    const int mg, int mr, const struct qact *a, int t0, const int nr, float *y,
+    int64_t ldy)
+{
+	const int64_t	 nb = cols / 32, stride = a->stride;
+	const int	 nk = kind == K_Q4_0 ? 4 : 8;
+	const size_t	 gstride = (size_t)nb * PBLK(kind);
+	const uint8_t	*gp[PMR];
+	const int8_t	*xq[PNR];
+	const float	*xd[PNR];
+	const int32_t	*xb[PNR];
+	__m512		 acc[PMR][PNR];
+	int64_t		 b;
+	int		 g, j, k;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xb[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (b = 0; b < nb; b++) {
+		__m512i	 ia[PMR][PNR];
+		__m512	 ws[PMR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * PBLK(kind);
+
+			/* The next blocks of this group: one stream per group. */
+			for (k = 0; k < PBLK(kind); k += 64)
+				_mm_prefetch((const char *)p + 1024 + k, _MM_HINT_T0);
+			ws[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+#pragma GCC unroll 6
+			for (j = 0; j < nr; j++)
+				ia[g][j] = _mm512_set1_epi32(xb[j][b]);
+		}
+#pragma GCC unroll 8
+		for (k = 0; k < nk; k++) {
+			__m512i	u[PMR], u2[PMR];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				__m512i v = _mm512_loadu_si512((const void *)(gp[g] +
+				    (size_t)b * PBLK(kind) + 32 + 64 * k));
+				if (kind == K_Q4_0) {
+					u[g] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+					u2[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4),
+					    _mm512_set1_epi8(0x0f));
+				} else {
+					u[g] = v;
+					u2[g] = v;
+				}
+			}
+#pragma GCC unroll 6
+			for (j = 0; j < nr; j++) {
+				const int8_t *x = xq[j] + 32 * b;
+				__m512i	xl = bcast4(x + 4 * k);
+				__m512i	xh = kind == K_Q4_0 ? bcast4(x + 16 + 4 * k) : xl;
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], xl);
+					if (kind == K_Q4_0)
+						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u2[g], xh);
+				}
+			}
+		}
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++) {
+			__m512 d = _mm512_set1_ps(xd[j][b]);
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++)
+				acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][j]),
+				    _mm512_mul_ps(ws[g], d), acc[g][j]);
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		int		n = mr - PG * g;
+		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
+
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0 + PG * g, m,
+			    acc[g][j]);
+	}
+}
+
+/* Instantiate the packed tile shapes of a type. */
+#define PDISPATCH(fn, pk, kind)						\
+static size_t								\
+pk(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst) \
+{									\
+	return (pack_rows(kind, w, rb, rows, cols, dst));		\
+}									\
+static void								\
+fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,			\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	if (mr > PG) {							\
+		switch (nr) {						\
+		case 1: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return; \
+		case 2: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return; \
+		case 3: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return; \
+		case 4: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return; \
+		case 5: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 5, y, ldy); return; \
+		default: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 6, y, ldy); return; \
+		}							\
+	}								\
+	switch (nr) {							\
+	case 1: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return; \
+	case 2: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return; \
+	case 3: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return; \
+	case 4: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return; \
+	case 5: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return; \
+	default: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return; \
+	}								\
+}
+
+PDISPATCH(avx512_q4_0_packed, avx512_q4_0_pack, K_Q4_0)
+PDISPATCH(avx512_q8_0_packed, avx512_q8_0_pack, K_Q8_0)
 
 /* The AVX-512 kernel of a type. */
 struct quant_kernel
 quant_kernel_avx512(uint32_t type)
 {
-	struct quant_kernel	k = { NULL, MR, NR, ACT_NATURAL, quant_act_fill };
+	struct quant_kernel	k = { .mr = MR, .nr = NR, .layout = ACT_NATURAL,
+	    .fill = quant_act_fill };
 
 	if ((type == TT_F16 || type == TT_BF16) && quant_bf16_dot_allowed() &&
 	    quant_bf16_dot_supported()) {
@@ -1050,10 +1250,14 @@ quant_kernel_avx512(uint32_t type)
 		k.fn = avx512_q4_0;
 		k.layout = ACT_Q4_0X4;
 		k.fill = avx512_act_fill;
+		k.pack = avx512_q4_0_pack;
+		k.pfn = avx512_q4_0_packed;
 		break;
 	case TT_Q8_0:
 		k.fn = avx512_q8_0;
 		k.fill = avx512_act_fill;
+		k.pack = avx512_q8_0_pack;
+		k.pfn = avx512_q8_0_packed;
 		break;
 	case TT_Q4_K:
 		k.fn = avx512_q4_k;
@@ -1072,6 +1276,12 @@ quant_kernel_avx512(uint32_t type)
 	case TT_Q3_K: k.fn = avx512_q3_k; k.fill = avx512_act_fill; break;
 	case TT_Q5_K: k.fn = avx512_q5_k; k.fill = avx512_act_fill; break;
 	case TT_IQ4_XS: k.fn = avx512_iq4_xs; k.fill = avx512_act_fill; break;
+	}
+	if (k.pfn != NULL) {
+		k.pmr = PMR * PG;
+		k.pnr = PNR;
+		k.playout = ACT_BLOCK;
+		k.pfill = avx512_act_fill;
 	}
 	return (k);
 }
