@@ -1218,6 +1218,187 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,			\
 PDISPATCH(avx512_q4_0_packed, avx512_q4_0_pack, K_Q4_0)
 PDISPATCH(avx512_q8_0_packed, avx512_q8_0_pack, K_Q8_0)
 
+/*
+ * Repacked Q4_K: per 256-element super-block of a 16-row group, the rows'
+ * d and dmin (halves, 32 bytes each), the eight 6-bit sub-block scales
+ * and mins as bytes (sc[8][16], mn[8][16]), then for each sub-block pair
+ * h the eight vectors k whose lane i is bytes 32h+4k..32h+4k+3 of row i's
+ * codes: low nibbles are elements 4k.. of sub-block 2h, high nibbles of
+ * sub-block 2h+1.  Per sub-block, acc = fma(f32(sum u * q), d * sc *
+ * token scale, acc) then acc -= dmin * mn * (token scale * sum q).
+ */
+#define K4HDR	(64 + 256)
+#define K4BLK	(K4HDR + 2048)
+
+/* Copy Q4_K rows into the packed layout (or only size it). */
+static size_t
+avx512_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
+	int64_t		g, b, r;
+	int		i, k, h, e;
+	uint8_t		sc[8], mn[8];
+
+	if (dst == NULL)
+		return ((size_t)(ng * nsb * K4BLK));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nsb; b++) {
+			uint8_t *o = dst + (size_t)(g * nsb + b) * K4BLK;
+
+			memset(o, 0, K4BLK);
+			for (i = 0; i < PG; i++) {
+				const uint8_t *sb;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				sb = w + (size_t)r * rb + (size_t)b * 144;
+				memcpy(o + 2 * i, sb, 2);
+				memcpy(o + 32 + 2 * i, sb + 2, 2);
+				q4k_scales(sb + 4, sc, mn);
+				for (k = 0; k < 8; k++) {
+					o[64 + 16 * k + i] = sc[k];
+					o[64 + 128 + 16 * k + i] = mn[k];
+				}
+				for (h = 0; h < 4; h++)
+					for (k = 0; k < 8; k++)
+						for (e = 0; e < 4; e++)
+							o[K4HDR + 512 * h + 64 * k + 4 * i + e] =
+							    sb[16 + 32 * h + 4 * k + e];
+			}
+		}
+	}
+	return ((size_t)(ng * nsb * K4BLK));
+}
+
+/* One packed Q4_K tile: mg groups of 16 rows by nr tokens (compile-time). */
+AI void
+q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nsb = cols / 256, stride = a->stride;
+	const size_t	 gstride = (size_t)nsb * K4BLK;
+	const uint8_t	*gp[PMR];
+	const int8_t	*xq[PNR];
+	const float	*xd[PNR], *xs[PNR];
+	__m512		 acc[PMR][PNR];
+	int64_t		 b;
+	int		 g, j, k, sub;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xs[j] = a->s + (size_t)(t0 + j) * (stride / 32);
+	}
+	for (b = 0; b < nsb; b++) {
+		__m512	dd[PMR], dm[PMR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
+
+			for (k = 0; k < K4BLK; k += 64)
+				_mm_prefetch((const char *)p + K4BLK + k, _MM_HINT_T0);
+			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+			dm[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+		}
+		for (sub = 0; sub < 8; sub++) {
+			const int64_t	 e = 256 * b + 32 * sub;
+			__m512i		 ia[PMR][PNR];
+			__m512		 ws[PMR], wm[PMR];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				const uint8_t *p = gp[g] + (size_t)b * K4BLK;
+
+				ws[g] = _mm512_mul_ps(dd[g], _mm512_cvtepi32_ps(
+				    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
+				    (p + 64 + 16 * sub)))));
+				wm[g] = _mm512_mul_ps(dm[g], _mm512_cvtepi32_ps(
+				    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
+				    (p + 192 + 16 * sub)))));
+#pragma GCC unroll 6
+				for (j = 0; j < nr; j++)
+					ia[g][j] = _mm512_setzero_si512();
+			}
+#pragma GCC unroll 8
+			for (k = 0; k < 8; k++) {
+				__m512i	u[PMR];
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					__m512i v = _mm512_loadu_si512((const void *)(gp[g] +
+					    (size_t)b * K4BLK + K4HDR + 512 * (sub >> 1) + 64 * k));
+					if (sub & 1)
+						v = _mm512_srli_epi16(v, 4);
+					u[g] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+				}
+#pragma GCC unroll 6
+				for (j = 0; j < nr; j++) {
+					__m512i	x = bcast4(xq[j] + e + 4 * k);
+
+#pragma GCC unroll 2
+					for (g = 0; g < mg; g++)
+						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], x);
+				}
+			}
+#pragma GCC unroll 6
+			for (j = 0; j < nr; j++) {
+				__m512 d = _mm512_set1_ps(xd[j][e / 32]);
+				__m512 sm = _mm512_set1_ps(xs[j][e / 32]);
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][j]),
+					    _mm512_mul_ps(ws[g], d), acc[g][j]);
+					acc[g][j] = _mm512_fnmadd_ps(wm[g], sm, acc[g][j]);
+				}
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		int		n = mr - PG * g;
+		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
+
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0 + PG * g, m,
+			    acc[g][j]);
+	}
+}
+
+/* The packed Q4_K tile shapes. */
+static void
+avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	if (mr > PG) {
+		switch (nr) {
+		case 1: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return;
+		case 2: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return;
+		case 3: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return;
+		case 4: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return;
+		case 5: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 5, y, ldy); return;
+		default: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 6, y, ldy); return;
+		}
+	}
+	switch (nr) {
+	case 1: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return;
+	case 2: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return;
+	case 3: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return;
+	case 4: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return;
+	case 5: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return;
+	default: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return;
+	}
+}
+
 /* The AVX-512 kernel of a type. */
 struct quant_kernel
 quant_kernel_avx512(uint32_t type)
@@ -1263,6 +1444,8 @@ quant_kernel_avx512(uint32_t type)
 		k.fn = avx512_q4_k;
 		k.layout = ACT_Q4_KX;
 		k.fill = avx512_act_fill;
+		k.pack = avx512_q4_k_pack;
+		k.pfn = avx512_q4_k_packed;
 		break;
 	case TT_Q6_K:
 		k.fn = avx512_q6_k;
