@@ -101,22 +101,6 @@ ld16(const uint8_t *p)
 	return ((uint16_t)(p[0] | (p[1] << 8)));
 }
 
-/* Code (0..63) of element e (0..255) of a Q6_K super-block. */
-static inline int
-q6k_code(const uint8_t *b, int e)
-{
-	const uint8_t	*ql = b, *qh = b + 128;
-	int		 h = e / 128, i = e % 128, l = i % 32, part = i / 32;
-	int		 lo, hi;
-
-	ql += 64 * h;
-	qh += 32 * h;
-	lo = (part & 1) ? ql[32 + l] : ql[l];
-	lo = (part & 2) ? lo >> 4 : lo & 0xf;
-	hi = (qh[l] >> (2 * part)) & 3;
-	return (lo | (hi << 4));
-}
-
 /* Code (0..15) of element e (0..255) of a Q4_K super-block. */
 static inline int
 q4k_code(const uint8_t *b, int e)
@@ -454,18 +438,19 @@ quant_act_pos(int layout, int64_t e)
 }
 
 /*
- * ACT_BLOCK: fold the eight lane biases of each block into one, in place
- * (entry b is written after entries 8b..8b+7 were read).
+ * ACT_BLOCK, ACT_BLOCK16: fold each run of lanes (four codes each) of a
+ * token's biases into one, in place (entry b is written after entries
+ * lanes * b.. were read), leaving one bias per 32 or 16 elements.
  */
 void
-quant_act_block_bias(int32_t *bias, int64_t nb)
+quant_act_block_bias(int32_t *bias, int64_t n, int lanes)
 {
 	int64_t	b;
 	int	j, sum;
 
-	for (b = 0; b < nb; b++) {
-		for (sum = 0, j = 0; j < 8; j++)
-			sum += bias[8 * b + j];
+	for (b = 0; b < n; b++) {
+		for (sum = 0, j = 0; j < lanes; j++)
+			sum += bias[lanes * b + j];
 		bias[b] = sum;
 	}
 }
@@ -546,7 +531,9 @@ quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 			}
 		}
 		if (a->layout == ACT_BLOCK)
-			quant_act_block_bias(bias, nb);
+			quant_act_block_bias(bias, nb, 8);
+		else if (a->layout == ACT_BLOCK16)
+			quant_act_block_bias(bias, 2 * nb, 4);
 	}
 }
 

@@ -68,6 +68,7 @@ enum act_layout {
 	ACT_Q4_KX = 2,
 	ACT_BF16 = 3,	/* float types: activations rounded to bf16 (xb) */
 	ACT_BLOCK = 4,	/* element order; bias[b] is -off * the sum of block b */
+	ACT_BLOCK16 = 5, /* the same per 16 elements (bias[h], h = e / 16) */
 };
 
 struct qact {
@@ -96,8 +97,8 @@ void	quant_act_init(struct qact *a, uint32_t type, int layout, const float *x,
 	    int64_t cols, int n_tok, void *buf);
 /* Where element e of a row is stored in a layout. */
 int64_t	quant_act_pos(int layout, int64_t e);
-/* ACT_BLOCK: fold a token's nb * 8 lane biases into nb block biases. */
-void	quant_act_block_bias(int32_t *bias, int64_t nb);
+/* ACT_BLOCK(16): fold a token's lane biases into n biases of `lanes` each. */
+void	quant_act_block_bias(int32_t *bias, int64_t n, int lanes);
 /* Quantize tokens [t0, t1). */
 void	quant_act_fill(struct qact *a, uint32_t type, int t0, int t1);
 
@@ -157,6 +158,22 @@ struct quant_kernel	quant_kernel_get(int isa, uint32_t type);
 struct quant_kernel	quant_kernel_scalar(uint32_t type);
 struct quant_kernel	quant_kernel_avx2(uint32_t type);
 struct quant_kernel	quant_kernel_avx512(uint32_t type);
+
+/* Code (0..63) of element e (0..255) of a Q6_K super-block. */
+static inline int
+q6k_code(const uint8_t *b, int e)
+{
+	const uint8_t	*ql = b, *qh = b + 128;
+	int		 h = e / 128, i = e % 128, l = i % 32, part = i / 32;
+	int		 lo, hi;
+
+	ql += 64 * h;
+	qh += 32 * h;
+	lo = (part & 1) ? ql[32 + l] : ql[l];
+	lo = (part & 2) ? lo >> 4 : lo & 0xf;
+	hi = (qh[l] >> (2 * part)) & 3;
+	return (lo | (hi << 4));
+}
 
 /* Unpack the eight 6-bit scales and mins of a Q4_K super-block. */
 static inline void

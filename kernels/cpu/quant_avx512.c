@@ -1017,7 +1017,9 @@ avx512_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 			}
 		}
 		if (a->layout == ACT_BLOCK)
-			quant_act_block_bias(bias, nb);
+			quant_act_block_bias(bias, nb, 8);
+		else if (a->layout == ACT_BLOCK16)
+			quant_act_block_bias(bias, 2 * nb, 4);
 	}
 }
 
@@ -1399,6 +1401,192 @@ avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 	}
 }
 
+/*
+ * Repacked Q6_K: per super-block of a 16-row group, the rows' d (halves,
+ * 32 bytes), the 16 sub-block scales (int8, sc[16][16]), then 64 code
+ * vectors v = 4s + k (lane i: elements 16s+4k.. of row i) as 32 nibble
+ * vectors (low nibbles of v < 32, high nibbles of v + 32) and 16 vectors
+ * of the top two bits (bits 2m of vector p are those of v = p + 16m).
+ * Per 16-element sub-block, acc = fma(f32(bias + sum u * q), d * sc *
+ * token scale, acc), the bias being -32 times the codes' sum (ACT_BLOCK16).
+ */
+#define K6HDR	(32 + 256)
+#define K6BLK	(K6HDR + 2048 + 1024)
+
+/* Copy Q6_K rows into the packed layout (or only size it). */
+static size_t
+avx512_q6_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
+	int64_t		g, b, r;
+	int		i, v, e, c;
+
+	if (dst == NULL)
+		return ((size_t)(ng * nsb * K6BLK));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nsb; b++) {
+			uint8_t *o = dst + (size_t)(g * nsb + b) * K6BLK;
+
+			memset(o, 0, K6BLK);
+			for (i = 0; i < PG; i++) {
+				const uint8_t *sb;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				sb = w + (size_t)r * rb + (size_t)b * 210;
+				memcpy(o + 2 * i, sb + 208, 2);
+				for (v = 0; v < 16; v++)
+					o[32 + 16 * v + i] = sb[192 + v];
+				for (v = 0; v < 64; v++) {
+					for (e = 0; e < 4; e++) {
+						c = q6k_code(sb, 4 * v + e);
+						o[K6HDR + 64 * (v & 31) + 4 * i + e] |=
+						    (uint8_t)((c & 15) << (v >= 32 ? 4 : 0));
+						o[K6HDR + 2048 + 64 * (v & 15) + 4 * i + e] |=
+						    (uint8_t)((c >> 4) << (2 * (v >> 4)));
+					}
+				}
+			}
+		}
+	}
+	return ((size_t)(ng * nsb * K6BLK));
+}
+
+/* Code vector v (0..63) of a packed Q6_K super-block p (compile-time v). */
+AI __m512i
+q6k_packed_codes(const uint8_t *p, const int v)
+{
+	__m512i	n = _mm512_loadu_si512((const void *)(p + K6HDR + 64 * (v & 31)));
+	__m512i	h = _mm512_loadu_si512((const void *)(p + K6HDR + 2048 + 64 * (v & 15)));
+	const int m = v >> 4;
+
+	n = v >= 32 ? _mm512_srli_epi16(n, 4) : n;
+	n = _mm512_and_si512(n, _mm512_set1_epi8(0x0f));
+	h = m == 0 ? _mm512_slli_epi16(h, 4) : m == 1 ? _mm512_slli_epi16(h, 2) :
+	    m == 2 ? h : _mm512_srli_epi16(h, 2);
+	return (_mm512_ternarylogic_epi32(n, h, _mm512_set1_epi8(0x30), 0xf8));
+}
+
+/* One packed Q6_K tile: mg groups of 16 rows by nr tokens (compile-time). */
+AI void
+q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nsb = cols / 256, stride = a->stride;
+	const size_t	 gstride = (size_t)nsb * K6BLK;
+	const uint8_t	*gp[PMR];
+	const int8_t	*xq[PNR];
+	const float	*xd[PNR];
+	const int32_t	*xb[PNR];
+	__m512		 acc[PMR][PNR];
+	int64_t		 b;
+	int		 g, j, k, sub;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xb[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (b = 0; b < nsb; b++) {
+		__m512	dd[PMR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * K6BLK;
+
+			for (k = 0; k < K6BLK; k += 64)
+				_mm_prefetch((const char *)p + K6BLK + k, _MM_HINT_T0);
+			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+		}
+#pragma GCC unroll 16
+		for (sub = 0; sub < 16; sub++) {
+			const int64_t	 e = 256 * b + 16 * sub;
+			__m512i		 ia[PMR][PNR];
+			__m512		 ws[PMR];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				const uint8_t *p = gp[g] + (size_t)b * K6BLK;
+
+				ws[g] = _mm512_mul_ps(dd[g], _mm512_cvtepi32_ps(
+				    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)
+				    (p + 32 + 16 * sub)))));
+#pragma GCC unroll 6
+				for (j = 0; j < nr; j++)
+					ia[g][j] = _mm512_set1_epi32(xb[j][e / 16]);
+			}
+#pragma GCC unroll 4
+			for (k = 0; k < 4; k++) {
+				__m512i	u[PMR];
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+					u[g] = q6k_packed_codes(gp[g] + (size_t)b * K6BLK,
+					    4 * sub + k);
+#pragma GCC unroll 6
+				for (j = 0; j < nr; j++) {
+					__m512i	x = bcast4(xq[j] + e + 4 * k);
+
+#pragma GCC unroll 2
+					for (g = 0; g < mg; g++)
+						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], x);
+				}
+			}
+#pragma GCC unroll 6
+			for (j = 0; j < nr; j++) {
+				__m512 d = _mm512_set1_ps(xd[j][e / 32]);
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+					acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][j]),
+					    _mm512_mul_ps(ws[g], d), acc[g][j]);
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		int		n = mr - PG * g;
+		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
+
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0 + PG * g, m,
+			    acc[g][j]);
+	}
+}
+
+/* The packed Q6_K tile shapes. */
+static void
+avx512_q6_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	if (mr > PG) {
+		switch (nr) {
+		case 1: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return;
+		case 2: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return;
+		case 3: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return;
+		case 4: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return;
+		case 5: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 5, y, ldy); return;
+		default: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 6, y, ldy); return;
+		}
+	}
+	switch (nr) {
+	case 1: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return;
+	case 2: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return;
+	case 3: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return;
+	case 4: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return;
+	case 5: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return;
+	default: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return;
+	}
+}
+
 /* The AVX-512 kernel of a type. */
 struct quant_kernel
 quant_kernel_avx512(uint32_t type)
@@ -1450,6 +1638,8 @@ quant_kernel_avx512(uint32_t type)
 	case TT_Q6_K:
 		k.fn = avx512_q6_k;
 		k.fill = avx512_act_fill;
+		k.pack = avx512_q6_k_pack;
+		k.pfn = avx512_q6_k_packed;
 		break;
 	case TT_Q4_1: k.fn = avx512_q4_1; k.fill = avx512_act_fill; break;
 	case TT_Q5_0: k.fn = avx512_q5_0; k.fill = avx512_act_fill; break;
@@ -1463,7 +1653,7 @@ quant_kernel_avx512(uint32_t type)
 	if (k.pfn != NULL) {
 		k.pmr = PMR * PG;
 		k.pnr = PNR;
-		k.playout = ACT_BLOCK;
+		k.playout = type == TT_Q6_K ? ACT_BLOCK16 : ACT_BLOCK;
 		k.pfill = avx512_act_fill;
 	}
 	return (k);
