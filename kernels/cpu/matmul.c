@@ -4,6 +4,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "matmul.h"
 #include "quant.h"
@@ -40,6 +42,28 @@ struct mul_job {
 	int64_t			 nchunks;
 	_Atomic int64_t		 next;		/* next work item to take */
 };
+
+/*
+ * Let the kernel reclaim the pages of rows that were just copied, so a
+ * file's weights are not resident twice.  MADV_PAGEOUT never loses data
+ * (file pages are read back on use, anonymous ones go to swap or stay),
+ * so it is safe whatever kind of memory the caller passed.
+ */
+static void
+release_pages(const void *data, size_t len)
+{
+#ifdef MADV_PAGEOUT
+	uintptr_t	pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t	a = ((uintptr_t)data + pg - 1) & ~(pg - 1);
+	uintptr_t	b = ((uintptr_t)data + len) & ~(pg - 1);
+
+	if (b > a)
+		(void)madvise((void *)a, b - a, MADV_PAGEOUT);
+#else
+	(void)data;
+	(void)len;
+#endif
+}
 
 /* Prepare a weight matrix. */
 struct qmat *
@@ -100,6 +124,7 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 		}
 		m->packed = p;
 		m->kern.pack(data, m->row_bytes, rows, cols, m->packed);
+		release_pages(data, (size_t)rows * m->row_bytes);
 	}
 	return (m);
 }
