@@ -1024,24 +1024,32 @@ avx512_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 }
 
 /*
- * Repacked Q4_0 and Q8_0.  Weights are copied at load into groups of 16
- * rows: per 32-element block, the 16 rows' half-precision scales, then the
- * codes as 64-byte vectors whose 32-bit lane i holds four codes of row i.
- * Q4_0: vector k (0..3) is bytes 4k..4k+3 of each row's block as stored,
- * so its low nibbles are elements 4k..4k+3 and its high nibbles 16+4k..;
- * Q8_0: vector k (0..7) is elements 4k..4k+3 plus 128.  vpdpbusd of a code
+ * Repacked 32-element block types (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL).
+ * Weights are copied at load into groups of 16 rows: per block, the 16
+ * rows' half-precision scales, their mins (Q4_1, Q5_1), their fifth bits
+ * (Q5_0, Q5_1: one 64-bit mask per code vector), then the codes as 64-byte
+ * vectors whose 32-bit lane i holds four codes of row i.  4-bit types:
+ * vector k (0..3) is bytes 4k..4k+3 of each row's block as stored, so its
+ * low nibbles are elements 4k..4k+3 and its high nibbles 16+4k..; Q8_0:
+ * vector k (0..7) is elements 4k..4k+3 plus 128.  vpdpbusd of a code
  * vector with four activation codes broadcast to every lane then adds to
  * 16 rows at once, and a block's integer sum for 16 rows x 1 token stays
  * in one register (no per-lane scales, no horizontal sums): per block,
- * acc = fma(f32(bias + sum of u * q), row scales * token scale, acc), one
- * chain per output in block order, whatever the tile.
+ * acc = fma(f32(bias + sum u * q), row scales * token scale, acc), then
+ * for the types with mins acc += mins * (token scale * sum q): one chain
+ * per output in block order, whatever the tile.
  */
 #define PG	16	/* rows per packed group */
 #define PMR	2	/* groups per tile */
 #define PNR	6	/* tokens per tile */
 
-/* Bytes of one block of a packed group. */
-#define PBLK(kind)	((kind) == K_Q4_0 ? 32 + 256 : 32 + 512)
+#define P_MINS(kind)	((kind) == K_Q4_1 || (kind) == K_Q5_1)
+#define P_HBIT(kind)	((kind) == K_Q5_0 || (kind) == K_Q5_1)
+/* Offsets in a packed block: mins, fifth-bit masks, codes; its size. */
+#define POFF_M		32
+#define POFF_H(kind)	(32 + (P_MINS(kind) ? 32 : 0))
+#define POFF_Q(kind)	(POFF_H(kind) + (P_HBIT(kind) ? 64 : 0))
+#define PBLK(kind)	(POFF_Q(kind) + ((kind) == K_Q8_0 ? 512 : 256))
 
 /* Copy rows into the packed layout (or only size it when dst is NULL). */
 static size_t
@@ -1049,7 +1057,10 @@ pack_rows(const enum kind kind, const uint8_t *w, size_t rb, int64_t rows, int64
     uint8_t *dst)
 {
 	const int64_t	nb = cols / 32, ng = (rows + PG - 1) / PG;
-	const int	bb = kind == K_Q4_0 ? 18 : 34, nk = kind == K_Q4_0 ? 4 : 8;
+	const int	bb = kind == K_Q8_0 ? 34 : kind == K_Q4_1 ? 20 :
+			    kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 18;
+	const int	qo = bb - (kind == K_Q8_0 ? 32 : 16);
+	const int	nk = kind == K_Q8_0 ? 8 : 4;
 	int64_t		g, b, r;
 	int		i, k, e;
 
@@ -1061,17 +1072,34 @@ pack_rows(const enum kind kind, const uint8_t *w, size_t rb, int64_t rows, int64
 
 			memset(o, 0, PBLK(kind));
 			for (i = 0; i < PG; i++) {
-				const uint8_t *blk;
+				const uint8_t	*blk;
+				uint32_t	 qh;
 
 				if ((r = g * PG + i) >= rows)
 					break;
 				blk = w + (size_t)r * rb + (size_t)b * bb;
 				memcpy(o + 2 * i, blk, 2);
+				if (P_MINS(kind))
+					memcpy(o + POFF_M + 2 * i, blk + 2, 2);
+				if (P_HBIT(kind)) {
+					memcpy(&qh, blk + qo - 4, 4);
+					/* Mask 2k: low nibbles of vector k; 2k+1: high. */
+					for (k = 0; k < 4; k++)
+						for (e = 0; e < 4; e++) {
+							o[POFF_H(kind) + 16 * k + (4 * i + e) / 8] |=
+							    (uint8_t)(((qh >> (4 * k + e)) & 1) <<
+							    ((4 * i + e) % 8));
+							o[POFF_H(kind) + 16 * k + 8 + (4 * i + e) / 8] |=
+							    (uint8_t)(((qh >> (16 + 4 * k + e)) & 1) <<
+							    ((4 * i + e) % 8));
+						}
+				}
 				for (k = 0; k < nk; k++)
 					for (e = 0; e < 4; e++)
-						o[32 + 64 * k + 4 * i + e] = kind == K_Q4_0 ?
-						    blk[2 + 4 * k + e] :
-						    (uint8_t)(blk[2 + 4 * k + e] ^ 0x80);
+						o[POFF_Q(kind) + 64 * k + 4 * i + e] =
+						    kind == K_Q8_0 ?
+						    (uint8_t)(blk[qo + 4 * k + e] ^ 0x80) :
+						    blk[qo + 4 * k + e];
 			}
 		}
 	}
@@ -1095,11 +1123,11 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
     int64_t ldy)
 {
 	const int64_t	 nb = cols / 32, stride = a->stride;
-	const int	 nk = kind == K_Q4_0 ? 4 : 8;
+	const int	 nk = kind == K_Q8_0 ? 8 : 4;
 	const size_t	 gstride = (size_t)nb * PBLK(kind);
 	const uint8_t	*gp[PMR];
 	const int8_t	*xq[PNR];
-	const float	*xd[PNR];
+	const float	*xd[PNR], *xs[PNR];
 	const int32_t	*xb[PNR];
 	__m512		 acc[PMR][PNR];
 	int64_t		 b;
@@ -1116,11 +1144,12 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
 	for (j = 0; j < nr; j++) {
 		xq[j] = a->q + (size_t)(t0 + j) * stride;
 		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xs[j] = a->s + (size_t)(t0 + j) * (stride / 32);
 		xb[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
 	}
 	for (b = 0; b < nb; b++) {
 		__m512i	 ia[PMR][PNR];
-		__m512	 ws[PMR];
+		__m512	 ws[PMR], wm[PMR];
 
 #pragma GCC unroll 2
 		for (g = 0; g < mg; g++) {
@@ -1130,6 +1159,8 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
 			for (k = 0; k < PBLK(kind); k += 64)
 				_mm_prefetch((const char *)p + 1024 + k, _MM_HINT_T0);
 			ws[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+			wm[g] = P_MINS(kind) ? _mm512_cvtph_ps(_mm256_loadu_si256(
+			    (const __m256i *)(p + POFF_M))) : _mm512_setzero_ps();
 #pragma GCC unroll 6
 			for (j = 0; j < nr; j++)
 				ia[g][j] = _mm512_set1_epi32(xb[j][b]);
@@ -1140,27 +1171,44 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
 
 #pragma GCC unroll 2
 			for (g = 0; g < mg; g++) {
-				__m512i v = _mm512_loadu_si512((const void *)(gp[g] +
-				    (size_t)b * PBLK(kind) + 32 + 64 * k));
-				if (kind == K_Q4_0) {
-					u[g] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-					u2[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4),
-					    _mm512_set1_epi8(0x0f));
-				} else {
-					u[g] = v;
-					u2[g] = v;
+				const uint8_t *p = gp[g] + (size_t)b * PBLK(kind);
+				__m512i v = _mm512_loadu_si512((const void *)(p +
+				    POFF_Q(kind) + 64 * k));
+
+				if (kind == K_Q8_0) {
+					u[g] = u2[g] = v;
+					continue;
+				}
+				u[g] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+				u2[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4),
+				    _mm512_set1_epi8(0x0f));
+				if (kind == K_IQ4_NL) {
+					__m512i t = _mm512_broadcast_i32x4(
+					    _mm256_castsi256_si128(iq4_table256()));
+					u[g] = _mm512_shuffle_epi8(t, u[g]);
+					u2[g] = _mm512_shuffle_epi8(t, u2[g]);
+				}
+				if (P_HBIT(kind)) {
+					uint64_t ml, mh;
+
+					memcpy(&ml, p + POFF_H(kind) + 16 * k, 8);
+					memcpy(&mh, p + POFF_H(kind) + 16 * k + 8, 8);
+					u[g] = _mm512_or_si512(u[g],
+					    _mm512_maskz_mov_epi8(ml, _mm512_set1_epi8(0x10)));
+					u2[g] = _mm512_or_si512(u2[g],
+					    _mm512_maskz_mov_epi8(mh, _mm512_set1_epi8(0x10)));
 				}
 			}
 #pragma GCC unroll 6
 			for (j = 0; j < nr; j++) {
 				const int8_t *x = xq[j] + 32 * b;
 				__m512i	xl = bcast4(x + 4 * k);
-				__m512i	xh = kind == K_Q4_0 ? bcast4(x + 16 + 4 * k) : xl;
+				__m512i	xh = kind == K_Q8_0 ? xl : bcast4(x + 16 + 4 * k);
 
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++) {
 					ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], xl);
-					if (kind == K_Q4_0)
+					if (kind != K_Q8_0)
 						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u2[g], xh);
 				}
 			}
@@ -1169,9 +1217,13 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
 		for (j = 0; j < nr; j++) {
 			__m512 d = _mm512_set1_ps(xd[j][b]);
 #pragma GCC unroll 2
-			for (g = 0; g < mg; g++)
+			for (g = 0; g < mg; g++) {
 				acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][j]),
 				    _mm512_mul_ps(ws[g], d), acc[g][j]);
+				if (P_MINS(kind))
+					acc[g][j] = _mm512_fmadd_ps(wm[g],
+					    _mm512_set1_ps(xs[j][b]), acc[g][j]);
+			}
 		}
 	}
 #pragma GCC unroll 2
@@ -1219,6 +1271,10 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,			\
 
 PDISPATCH(avx512_q4_0_packed, avx512_q4_0_pack, K_Q4_0)
 PDISPATCH(avx512_q8_0_packed, avx512_q8_0_pack, K_Q8_0)
+PDISPATCH(avx512_q4_1_packed, avx512_q4_1_pack, K_Q4_1)
+PDISPATCH(avx512_q5_0_packed, avx512_q5_0_pack, K_Q5_0)
+PDISPATCH(avx512_q5_1_packed, avx512_q5_1_pack, K_Q5_1)
+PDISPATCH(avx512_iq4_nl_packed, avx512_iq4_nl_pack, K_IQ4_NL)
 
 /*
  * Repacked Q4_K: per 256-element super-block of a 16-row group, the rows'
@@ -1641,10 +1697,30 @@ quant_kernel_avx512(uint32_t type)
 		k.pack = avx512_q6_k_pack;
 		k.pfn = avx512_q6_k_packed;
 		break;
-	case TT_Q4_1: k.fn = avx512_q4_1; k.fill = avx512_act_fill; break;
-	case TT_Q5_0: k.fn = avx512_q5_0; k.fill = avx512_act_fill; break;
-	case TT_Q5_1: k.fn = avx512_q5_1; k.fill = avx512_act_fill; break;
-	case TT_IQ4_NL: k.fn = avx512_iq4_nl; k.fill = avx512_act_fill; break;
+	case TT_Q4_1:
+		k.fn = avx512_q4_1;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q4_1_pack;
+		k.pfn = avx512_q4_1_packed;
+		break;
+	case TT_Q5_0:
+		k.fn = avx512_q5_0;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q5_0_pack;
+		k.pfn = avx512_q5_0_packed;
+		break;
+	case TT_Q5_1:
+		k.fn = avx512_q5_1;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q5_1_pack;
+		k.pfn = avx512_q5_1_packed;
+		break;
+	case TT_IQ4_NL:
+		k.fn = avx512_iq4_nl;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_iq4_nl_pack;
+		k.pfn = avx512_iq4_nl_packed;
+		break;
 	case TT_Q2_K: k.fn = avx512_q2_k; k.fill = avx512_act_fill; break;
 	case TT_Q3_K: k.fn = avx512_q3_k; k.fill = avx512_act_fill; break;
 	case TT_Q5_K: k.fn = avx512_q5_k; k.fill = avx512_act_fill; break;
