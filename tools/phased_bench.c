@@ -31,8 +31,8 @@
 
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-r REPS] [-t THREADS]\n"
-    "\t[--bw GBPS] [--bf16] [--json] [--backend NAME] [--devices N[,N...]]\n"
-    "\t[--collectives] [--graphs]";
+    "\t[--bw GBPS] [--bf16] [--no-repack] [--json] [--backend NAME]\n"
+    "\t[--devices N[,N...]] [--collectives] [--graphs]";
 
 struct pb_opts {
 	const char	*model;
@@ -51,6 +51,7 @@ struct pb_opts {
 	int		 n_devices;
 	int		 collectives;	/* NCCL even for one GPU */
 	int		 graphs;	/* decode as CUDA graphs */
+	int		 no_repack;	/* keep every weight in the mapped file */
 };
 
 /* One test's samples and summary, in tokens/s. */
@@ -146,6 +147,10 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 		}
 		if (strcmp(a, "--graphs") == 0) {
 			o->graphs = 1;
+			continue;
+		}
+		if (strcmp(a, "--no-repack") == 0) {
+			o->no_repack = 1;
 			continue;
 		}
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -388,7 +393,7 @@ main(int argc, char **argv)
 	struct pb_result	 r;
 	char			*cause = NULL;
 	uint64_t		 rss_load, hwm_load, wbytes, kv_bytes, map_bytes;
-	uint64_t		 rss_gen, hwm_end, rss_warm;
+	uint64_t		 rss_gen, hwm_end, rss_warm, t_load;
 	int64_t			 overhead;
 	uint32_t		 blocks;
 	int			 i, k, pmax = 1, bmax = 1, ctx, first = 1;
@@ -418,8 +423,12 @@ main(int argc, char **argv)
 			pb_die("--bf16: this CPU has no bf16 dot products");
 		quant_allow_bf16_dot(1);
 	}
+	if (o.no_repack)
+		quant_allow_pack(0);
+	t_load = now_ns();
 	if ((p.m = model_load(o.model, &mo, NULL, NULL, &cause)) == NULL)
 		pb_die("%s: %s", o.model, cause);
+	t_load = now_ns() - t_load;
 	memset(&cfg, 0, sizeof cfg);
 	cfg.n_threads = o.threads;
 	if (o.n_devices > 0) {
@@ -460,12 +469,12 @@ main(int argc, char **argv)
 			printf(o.model[i] == '"' || o.model[i] == '\\' ?
 			    "\\%c" : "%c", o.model[i]);
 		printf("\",\"type\":\"%s\",\"n_params\":%" PRIu64 ","
-		    "\"threads\":%d,\"ctx\":%d,\"results\":[", mi->type_name,
-		    mi->n_params, o.threads, ctx);
+		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"results\":[",
+		    mi->type_name, mi->n_params, o.threads, ctx, t_load / 1e9);
 	} else {
-		printf("model %s: %s, %.3f M parameters, file %.1f MiB\n",
-		    o.model, mi->type_name, mi->n_params / 1e6,
-		    map_bytes / 1048576.0);
+		printf("model %s: %s, %.3f M parameters, file %.1f MiB, "
+		    "loaded in %.2f s\n", o.model, mi->type_name, mi->n_params / 1e6,
+		    map_bytes / 1048576.0, t_load / 1e9);
 		printf("threads %d (0 = all CPUs), ctx %d, %d repetitions\n",
 		    o.threads, ctx, o.reps);
 		printf("decode roofline: %.1f MiB of weights read per step / "

@@ -4,6 +4,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "matmul.h"
 #include "quant.h"
@@ -26,6 +28,8 @@ struct qmat {
 	size_t			 row_bytes;
 	int			 isa;
 	struct quant_kernel	 kern;
+	uint8_t			*packed;	/* repacked copy, or NULL */
+	size_t			 packed_bytes;
 };
 
 struct mul_job {
@@ -38,6 +42,28 @@ struct mul_job {
 	int64_t			 nchunks;
 	_Atomic int64_t		 next;		/* next work item to take */
 };
+
+/*
+ * Let the kernel reclaim the pages of rows that were just copied, so a
+ * file's weights are not resident twice.  MADV_PAGEOUT never loses data
+ * (file pages are read back on use, anonymous ones go to swap or stay),
+ * so it is safe whatever kind of memory the caller passed.
+ */
+static void
+release_pages(const void *data, size_t len)
+{
+#ifdef MADV_PAGEOUT
+	uintptr_t	pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t	a = ((uintptr_t)data + pg - 1) & ~(pg - 1);
+	uintptr_t	b = ((uintptr_t)data + len) & ~(pg - 1);
+
+	if (b > a)
+		(void)madvise((void *)a, b - a, MADV_PAGEOUT);
+#else
+	(void)data;
+	(void)len;
+#endif
+}
 
 /* Prepare a weight matrix. */
 struct qmat *
@@ -79,6 +105,27 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 		free(m);
 		return (NULL);
 	}
+	/*
+	 * A copy in the kernel's interleaved layout replaces the mapped rows
+	 * for the products (the mapped file still serves qmat_get_row).  Its
+	 * pages are not shared with the page cache: the weights are then
+	 * resident twice only if the mapped ones stay touched.
+	 */
+	if (m->kern.pack != NULL && m->kern.pfn != NULL && quant_pack_allowed()) {
+		void	*p;
+
+		m->packed_bytes = m->kern.pack(data, m->row_bytes, rows, cols, NULL);
+		if (posix_memalign(&p, 64, m->packed_bytes) != 0) {
+			set_cause(cause, "matrix %lld x %lld: no memory for %zu bytes "
+			    "of repacked weights", (long long)rows, (long long)cols,
+			    m->packed_bytes);
+			free(m);
+			return (NULL);
+		}
+		m->packed = p;
+		m->kern.pack(data, m->row_bytes, rows, cols, m->packed);
+		release_pages(data, (size_t)rows * m->row_bytes);
+	}
 	return (m);
 }
 
@@ -86,7 +133,17 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 void
 qmat_free(struct qmat *m)
 {
+	if (m == NULL)
+		return;
+	free(m->packed);
 	free(m);
+}
+
+/* Bytes of the repacked copy of the weights (0 when the file is used). */
+size_t
+qmat_packed_bytes(const struct qmat *m)
+{
+	return (m->packed_bytes);
 }
 
 /* Number of rows (outputs). */
@@ -101,6 +158,41 @@ void
 qmat_get_row(const struct qmat *m, int64_t r, float *out)
 {
 	dequantize_row(m->type, m->data + r * m->row_bytes, out, m->cols);
+}
+
+/*
+ * mul_worker on repacked weights: the same walk, in tiles of pmr rows
+ * (one 16-row group at a time for a small batch, a single stream).
+ */
+static void
+packed_worker(struct mul_job *job)
+{
+	const struct qmat	*m = job->m;
+	const struct quant_kernel *k = &m->kern;
+	int64_t			 c, r, r0, r1;
+	int			 tb, t, t1, tt, row_step;
+
+	row_step = job->n_tok <= SMALL_BATCH ? 16 : k->pmr;
+	tb = (int)(ACT_BLOCK_BYTES / ((size_t)m->cols * 3));
+	tb -= tb % k->pnr;
+	if (tb < k->pnr)
+		tb = k->pnr;
+	while ((c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) <
+	    job->nchunks) {
+		r0 = c * job->chunk_rows;
+		r1 = r0 + job->chunk_rows < m->rows ? r0 + job->chunk_rows : m->rows;
+		for (t = 0; t < job->n_tok; t = t1) {
+			t1 = t + tb < job->n_tok ? t + tb : job->n_tok;
+			for (r = r0; r < r1; r += row_step) {
+				int mr = r + row_step <= r1 ? row_step : (int)(r1 - r);
+				for (tt = t; tt < t1; tt += k->pnr) {
+					int nr = tt + k->pnr <= t1 ? k->pnr : t1 - tt;
+					k->pfn(m->packed, m->cols, r, mr, job->a, tt, nr,
+					    job->y, job->ldy);
+				}
+			}
+		}
+	}
 }
 
 /*
@@ -127,6 +219,10 @@ mul_worker(void *arg, int ith, int nth)
 	 * defeat the hardware prefetcher).  A large one is bound by compute:
 	 * use the full tile height so activation loads are shared by rows.
 	 */
+	if (m->packed != NULL) {
+		packed_worker(job);
+		return;
+	}
 	row_step = job->n_tok <= SMALL_BATCH ? 1 : k->mr;
 	per_tok = (size_t)m->cols * (job->a->q != NULL ? 3 :
 	    job->a->xb != NULL ? 2 : 4);
@@ -160,20 +256,21 @@ qmat_mul(struct threadpool *pool, const struct qmat *m, const float *X, int n_to
 	struct qact	 a;
 	struct mul_job	 job;
 	size_t		 need;
-	int		 nth;
+	int		 nth, layout, mr;
 	void		*buf = NULL, *owned = NULL;
 
 	if (n_tok <= 0)
 		return;
-	need = quant_act_bytes(m->type, m->kern.layout, m->cols, n_tok);
+	layout = m->packed != NULL ? m->kern.playout : m->kern.layout;
+	need = quant_act_bytes(m->type, layout, m->cols, n_tok);
 	if (need != 0) {
 		if (pool != NULL)
 			buf = threadpool_scratch(pool, need);
 		else
 			buf = owned = xmalloc(need);
 	}
-	quant_act_init(&a, m->type, m->kern.layout, X, m->cols, n_tok, buf);
-	m->kern.fill(&a, m->type, 0, n_tok);
+	quant_act_init(&a, m->type, layout, X, m->cols, n_tok, buf);
+	(m->packed != NULL ? m->kern.pfill : m->kern.fill)(&a, m->type, 0, n_tok);
 	job.m = m;
 	job.a = &a;
 	job.n_tok = n_tok;
@@ -186,9 +283,10 @@ qmat_mul(struct threadpool *pool, const struct qmat *m, const float *X, int n_to
 	 */
 	nth = threadpool_size(pool);
 	job.chunk_rows = m->rows / (nth * (n_tok >= 64 ? 4 : 8));
-	job.chunk_rows -= job.chunk_rows % m->kern.mr;
-	if (job.chunk_rows < m->kern.mr)
-		job.chunk_rows = m->kern.mr;
+	mr = m->packed != NULL ? m->kern.pmr : m->kern.mr;
+	job.chunk_rows -= job.chunk_rows % mr;
+	if (job.chunk_rows < mr)
+		job.chunk_rows = mr;
 	job.nchunks = (m->rows + job.chunk_rows - 1) / job.chunk_rows;
 	atomic_init(&job.next, 0);
 	threadpool_run_any(pool, mul_worker, &job);

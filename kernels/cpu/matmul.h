@@ -18,6 +18,8 @@ struct qmat	*qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *
 		    char **cause);
 void		 qmat_free(struct qmat *);
 int64_t		 qmat_rows(const struct qmat *);
+/* Bytes of the weights' repacked copy, 0 when the mapped rows are used. */
+size_t		 qmat_packed_bytes(const struct qmat *);
 
 /*
  * Y[t][r] = sum over c of W[r][c] * X[t][c] for t < n_tok.  X is n_tok x cols

@@ -104,22 +104,6 @@ ld16(const uint8_t *p)
 	return ((uint16_t)(p[0] | (p[1] << 8)));
 }
 
-/* Code (0..63) of element e (0..255) of a Q6_K super-block. */
-static inline int
-q6k_code(const uint8_t *b, int e)
-{
-	const uint8_t	*ql = b, *qh = b + 128;
-	int		 h = e / 128, i = e % 128, l = i % 32, part = i / 32;
-	int		 lo, hi;
-
-	ql += 64 * h;
-	qh += 32 * h;
-	lo = (part & 1) ? ql[32 + l] : ql[l];
-	lo = (part & 2) ? lo >> 4 : lo & 0xf;
-	hi = (qh[l] >> (2 * part)) & 3;
-	return (lo | (hi << 4));
-}
-
 /* Code (0..15) of element e (0..255) of a Q4_K super-block. */
 static inline int
 q4k_code(const uint8_t *b, int e)
@@ -456,6 +440,24 @@ quant_act_pos(int layout, int64_t e)
 	return (e / 256 * 256 + act_pos(layout, (int)(e % 256)));
 }
 
+/*
+ * ACT_BLOCK, ACT_BLOCK16: fold each run of lanes (four codes each) of a
+ * token's biases into one, in place (entry b is written after entries
+ * lanes * b.. were read), leaving one bias per 32 or 16 elements.
+ */
+void
+quant_act_block_bias(int32_t *bias, int64_t n, int lanes)
+{
+	int64_t	b;
+	int	j, sum;
+
+	for (b = 0; b < n; b++) {
+		for (sum = 0, j = 0; j < lanes; j++)
+			sum += bias[lanes * b + j];
+		bias[b] = sum;
+	}
+}
+
 /* Quantize tokens [t0, t1) of the activations in blocks of 32. */
 void
 quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)
@@ -531,6 +533,10 @@ quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 				bias[l] = -off * (g[0] + g[1] + g[2] + g[3]);
 			}
 		}
+		if (a->layout == ACT_BLOCK)
+			quant_act_block_bias(bias, nb, 8);
+		else if (a->layout == ACT_BLOCK16)
+			quant_act_block_bias(bias, 2 * nb, 4);
 	}
 }
 
@@ -940,7 +946,8 @@ scalar_bf16(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
 struct quant_kernel
 quant_kernel_scalar(uint32_t type)
 {
-	struct quant_kernel	k = { NULL, 4, 4, ACT_NATURAL, quant_act_fill };
+	struct quant_kernel	k = { .mr = 4, .nr = 4, .layout = ACT_NATURAL,
+	    .fill = quant_act_fill };
 
 	switch (type) {
 	case TT_F32:
@@ -981,6 +988,21 @@ quant_kernel_scalar(uint32_t type)
 static int	forced_isa = QUANT_ISA_AUTO;
 static int	best_isa = -1;
 static int	bf16_dot;
+static int	no_pack;
+
+/* Allow weights to be repacked at load; returns the old setting. */
+int
+quant_allow_pack(int allow)
+{
+	return (!__atomic_exchange_n(&no_pack, allow == 0, __ATOMIC_RELAXED));
+}
+
+/* Whether weights may be repacked at load. */
+int
+quant_pack_allowed(void)
+{
+	return (!__atomic_load_n(&no_pack, __ATOMIC_RELAXED));
+}
 
 /* Allow bf16 dot products for F16/BF16 weights; returns the old setting. */
 int
@@ -1086,7 +1108,7 @@ quant_isa_name(int isa)
 struct quant_kernel
 quant_kernel_get(int isa, uint32_t type)
 {
-	struct quant_kernel	k = { NULL, 0, 0, 0, NULL };
+	struct quant_kernel	k = { .fn = NULL };
 
 	if (isa >= QUANT_ISA_AVX512)
 		k = quant_kernel_avx512(type);

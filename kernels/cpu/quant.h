@@ -67,6 +67,8 @@ enum act_layout {
 	ACT_Q4_0X4 = 1,
 	ACT_Q4_KX = 2,
 	ACT_BF16 = 3,	/* float types: activations rounded to bf16 (xb) */
+	ACT_BLOCK = 4,	/* element order; bias[b] is -off * the sum of block b */
+	ACT_BLOCK16 = 5, /* the same per 16 elements (bias[h], h = e / 16) */
 };
 
 struct qact {
@@ -95,6 +97,8 @@ void	quant_act_init(struct qact *a, uint32_t type, int layout, const float *x,
 	    int64_t cols, int n_tok, void *buf);
 /* Where element e of a row is stored in a layout. */
 int64_t	quant_act_pos(int layout, int64_t e);
+/* ACT_BLOCK(16): fold a token's lane biases into n biases of `lanes` each. */
+void	quant_act_block_bias(int32_t *bias, int64_t n, int lanes);
 /* Quantize tokens [t0, t1). */
 void	quant_act_fill(struct qact *a, uint32_t type, int t0, int t1);
 
@@ -107,12 +111,36 @@ void	quant_act_fill(struct qact *a, uint32_t type, int t0, int t1);
 typedef void (*quant_kernel_fn)(const uint8_t *w, size_t row_bytes, int64_t cols,
     int64_t r0, int mr, const struct qact *a, int t0, int nr, float *y, int64_t ldy);
 typedef void (*quant_fill_fn)(struct qact *a, uint32_t type, int t0, int t1);
+typedef size_t (*quant_pack_fn)(const uint8_t *w, size_t row_bytes, int64_t rows,
+    int64_t cols, uint8_t *dst);
+typedef void (*quant_packed_fn)(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy);
 struct quant_kernel {
 	quant_kernel_fn	 fn;
 	int		 mr, nr;
 	int		 layout;	/* enum act_layout the kernel reads */
 	quant_fill_fn	 fill;		/* faster quant_act_fill, same results */
+	/* Optional: the same product on weights repacked at load (below). */
+	quant_pack_fn	 pack;
+	quant_packed_fn	 pfn;
+	int		 pmr;		/* rows per packed tile (a multiple of 16) */
+	int		 pnr;
+	int		 playout;	/* enum act_layout pfn reads */
+	quant_fill_fn	 pfill;
 };
+
+/*
+ * Repacking weights at load.  pack(w, row_bytes, rows, cols, dst) copies
+ * the rows into the kernel's interleaved layout at dst and returns its
+ * size; dst NULL only returns the size.  pfn computes Y[t][r] for rows
+ * [r0, r0 + mr) (r0 a multiple of 16, mr <= pmr) and tokens [t0, t0 + nr)
+ * from the packed copy pw, with the same guarantee as fn: each output is
+ * computed the same way whatever the tile.  quant_allow_pack(0) keeps the
+ * weights in the mapped file (no copy); it is read by qmat_create() and
+ * returns the previous setting.
+ */
+int	quant_allow_pack(int allow);
+int	quant_pack_allowed(void);
 
 /*
  * Allow F16 and BF16 weights to use bf16 dot products (vdpbf16ps) where the
@@ -130,6 +158,22 @@ struct quant_kernel	quant_kernel_get(int isa, uint32_t type);
 struct quant_kernel	quant_kernel_scalar(uint32_t type);
 struct quant_kernel	quant_kernel_avx2(uint32_t type);
 struct quant_kernel	quant_kernel_avx512(uint32_t type);
+
+/* Code (0..63) of element e (0..255) of a Q6_K super-block. */
+static inline int
+q6k_code(const uint8_t *b, int e)
+{
+	const uint8_t	*ql = b, *qh = b + 128;
+	int		 h = e / 128, i = e % 128, l = i % 32, part = i / 32;
+	int		 lo, hi;
+
+	ql += 64 * h;
+	qh += 32 * h;
+	lo = (part & 1) ? ql[32 + l] : ql[l];
+	lo = (part & 2) ? lo >> 4 : lo & 0xf;
+	hi = (qh[l] >> (2 * part)) & 3;
+	return (lo | (hi << 4));
+}
 
 /* Unpack the eight 6-bit scales and mins of a Q4_K super-block. */
 static inline void

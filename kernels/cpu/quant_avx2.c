@@ -658,7 +658,8 @@ avx2_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 struct quant_kernel
 quant_kernel_avx2(uint32_t type)
 {
-	struct quant_kernel	k = { NULL, MR, NR, ACT_NATURAL, quant_act_fill };
+	struct quant_kernel	k = { .mr = MR, .nr = NR, .layout = ACT_NATURAL,
+	    .fill = quant_act_fill };
 
 	switch (type) {
 	case TT_F32:

@@ -1016,6 +1016,630 @@ avx512_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 				    _mm512_set1_ps(d[ba]), _mm256_set1_ps(d[bb]), 1));
 			}
 		}
+		if (a->layout == ACT_BLOCK)
+			quant_act_block_bias(bias, nb, 8);
+		else if (a->layout == ACT_BLOCK16)
+			quant_act_block_bias(bias, 2 * nb, 4);
+	}
+}
+
+/*
+ * Repacked 32-element block types (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL).
+ * Weights are copied at load into groups of 16 rows: per block, the 16
+ * rows' half-precision scales, their mins (Q4_1, Q5_1), their fifth bits
+ * (Q5_0, Q5_1: one 64-bit mask per code vector), then the codes as 64-byte
+ * vectors whose 32-bit lane i holds four codes of row i.  4-bit types:
+ * vector k (0..3) is bytes 4k..4k+3 of each row's block as stored, so its
+ * low nibbles are elements 4k..4k+3 and its high nibbles 16+4k..; Q8_0:
+ * vector k (0..7) is elements 4k..4k+3 plus 128.  vpdpbusd of a code
+ * vector with four activation codes broadcast to every lane then adds to
+ * 16 rows at once, and a block's integer sum for 16 rows x 1 token stays
+ * in one register (no per-lane scales, no horizontal sums): per block,
+ * acc = fma(f32(bias + sum u * q), row scales * token scale, acc), then
+ * for the types with mins acc += mins * (token scale * sum q): one chain
+ * per output in block order, whatever the tile.
+ */
+#define PG	16	/* rows per packed group */
+#define PMR	2	/* groups per tile */
+#define PNR	6	/* tokens per tile */
+
+#define P_MINS(kind)	((kind) == K_Q4_1 || (kind) == K_Q5_1)
+#define P_HBIT(kind)	((kind) == K_Q5_0 || (kind) == K_Q5_1)
+/* Offsets in a packed block: mins, fifth-bit masks, codes; its size. */
+#define POFF_M		32
+#define POFF_H(kind)	(32 + (P_MINS(kind) ? 32 : 0))
+#define POFF_Q(kind)	(POFF_H(kind) + (P_HBIT(kind) ? 64 : 0))
+#define PBLK(kind)	(POFF_Q(kind) + ((kind) == K_Q8_0 ? 512 : 256))
+
+/* Copy rows into the packed layout (or only size it when dst is NULL). */
+static size_t
+pack_rows(const enum kind kind, const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+    uint8_t *dst)
+{
+	const int64_t	nb = cols / 32, ng = (rows + PG - 1) / PG;
+	const int	bb = kind == K_Q8_0 ? 34 : kind == K_Q4_1 ? 20 :
+			    kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 18;
+	const int	qo = bb - (kind == K_Q8_0 ? 32 : 16);
+	const int	nk = kind == K_Q8_0 ? 8 : 4;
+	int64_t		g, b, r;
+	int		i, k, e;
+
+	if (dst == NULL)
+		return ((size_t)(ng * nb * PBLK(kind)));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nb; b++) {
+			uint8_t *o = dst + (size_t)(g * nb + b) * PBLK(kind);
+
+			memset(o, 0, PBLK(kind));
+			for (i = 0; i < PG; i++) {
+				const uint8_t	*blk;
+				uint32_t	 qh;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				blk = w + (size_t)r * rb + (size_t)b * bb;
+				memcpy(o + 2 * i, blk, 2);
+				if (P_MINS(kind))
+					memcpy(o + POFF_M + 2 * i, blk + 2, 2);
+				if (P_HBIT(kind)) {
+					memcpy(&qh, blk + qo - 4, 4);
+					/* Mask 2k: low nibbles of vector k; 2k+1: high. */
+					for (k = 0; k < 4; k++)
+						for (e = 0; e < 4; e++) {
+							o[POFF_H(kind) + 16 * k + (4 * i + e) / 8] |=
+							    (uint8_t)(((qh >> (4 * k + e)) & 1) <<
+							    ((4 * i + e) % 8));
+							o[POFF_H(kind) + 16 * k + 8 + (4 * i + e) / 8] |=
+							    (uint8_t)(((qh >> (16 + 4 * k + e)) & 1) <<
+							    ((4 * i + e) % 8));
+						}
+				}
+				for (k = 0; k < nk; k++)
+					for (e = 0; e < 4; e++)
+						o[POFF_Q(kind) + 64 * k + 4 * i + e] =
+						    kind == K_Q8_0 ?
+						    (uint8_t)(blk[qo + 4 * k + e] ^ 0x80) :
+						    blk[qo + 4 * k + e];
+			}
+		}
+	}
+	return ((size_t)(ng * nb * PBLK(kind)));
+}
+
+/* Four activation codes broadcast to every lane. */
+AI __m512i
+bcast4(const int8_t *p)
+{
+	int32_t	v;
+
+	memcpy(&v, p, 4);
+	return (_mm512_set1_epi32(v));
+}
+
+/* One packed tile: mg groups of 16 rows by nr tokens (compile-time). */
+AI void
+packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
+    const int mg, int mr, const struct qact *a, int t0, const int nr, float *y,
+    int64_t ldy)
+{
+	const int64_t	 nb = cols / 32, stride = a->stride;
+	const int	 nk = kind == K_Q8_0 ? 8 : 4;
+	const size_t	 gstride = (size_t)nb * PBLK(kind);
+	const uint8_t	*gp[PMR];
+	const int8_t	*xq[PNR];
+	const float	*xd[PNR], *xs[PNR];
+	const int32_t	*xb[PNR];
+	__m512		 acc[PMR][PNR];
+	int64_t		 b;
+	int		 g, j, k;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xs[j] = a->s + (size_t)(t0 + j) * (stride / 32);
+		xb[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (b = 0; b < nb; b++) {
+		__m512i	 ia[PMR][PNR];
+		__m512	 ws[PMR], wm[PMR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * PBLK(kind);
+
+			/* The next blocks of this group: one stream per group. */
+			for (k = 0; k < PBLK(kind); k += 64)
+				_mm_prefetch((const char *)p + 1024 + k, _MM_HINT_T0);
+			ws[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+			wm[g] = P_MINS(kind) ? _mm512_cvtph_ps(_mm256_loadu_si256(
+			    (const __m256i *)(p + POFF_M))) : _mm512_setzero_ps();
+#pragma GCC unroll 6
+			for (j = 0; j < nr; j++)
+				ia[g][j] = _mm512_set1_epi32(xb[j][b]);
+		}
+#pragma GCC unroll 8
+		for (k = 0; k < nk; k++) {
+			__m512i	u[PMR], u2[PMR];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				const uint8_t *p = gp[g] + (size_t)b * PBLK(kind);
+				__m512i v = _mm512_loadu_si512((const void *)(p +
+				    POFF_Q(kind) + 64 * k));
+
+				if (kind == K_Q8_0) {
+					u[g] = u2[g] = v;
+					continue;
+				}
+				u[g] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+				u2[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4),
+				    _mm512_set1_epi8(0x0f));
+				if (kind == K_IQ4_NL) {
+					__m512i t = _mm512_broadcast_i32x4(
+					    _mm256_castsi256_si128(iq4_table256()));
+					u[g] = _mm512_shuffle_epi8(t, u[g]);
+					u2[g] = _mm512_shuffle_epi8(t, u2[g]);
+				}
+				if (P_HBIT(kind)) {
+					uint64_t ml, mh;
+
+					memcpy(&ml, p + POFF_H(kind) + 16 * k, 8);
+					memcpy(&mh, p + POFF_H(kind) + 16 * k + 8, 8);
+					u[g] = _mm512_or_si512(u[g],
+					    _mm512_maskz_mov_epi8(ml, _mm512_set1_epi8(0x10)));
+					u2[g] = _mm512_or_si512(u2[g],
+					    _mm512_maskz_mov_epi8(mh, _mm512_set1_epi8(0x10)));
+				}
+			}
+#pragma GCC unroll 6
+			for (j = 0; j < nr; j++) {
+				const int8_t *x = xq[j] + 32 * b;
+				__m512i	xl = bcast4(x + 4 * k);
+				__m512i	xh = kind == K_Q8_0 ? xl : bcast4(x + 16 + 4 * k);
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], xl);
+					if (kind != K_Q8_0)
+						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u2[g], xh);
+				}
+			}
+		}
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++) {
+			__m512 d = _mm512_set1_ps(xd[j][b]);
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][j]),
+				    _mm512_mul_ps(ws[g], d), acc[g][j]);
+				if (P_MINS(kind))
+					acc[g][j] = _mm512_fmadd_ps(wm[g],
+					    _mm512_set1_ps(xs[j][b]), acc[g][j]);
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		int		n = mr - PG * g;
+		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
+
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0 + PG * g, m,
+			    acc[g][j]);
+	}
+}
+
+/* Instantiate the packed tile shapes of a type. */
+#define PDISPATCH(fn, pk, kind)						\
+static size_t								\
+pk(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst) \
+{									\
+	return (pack_rows(kind, w, rb, rows, cols, dst));		\
+}									\
+static void								\
+fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,			\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	if (mr > PG) {							\
+		switch (nr) {						\
+		case 1: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return; \
+		case 2: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return; \
+		case 3: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return; \
+		case 4: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return; \
+		case 5: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 5, y, ldy); return; \
+		default: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 6, y, ldy); return; \
+		}							\
+	}								\
+	switch (nr) {							\
+	case 1: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return; \
+	case 2: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return; \
+	case 3: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return; \
+	case 4: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return; \
+	case 5: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return; \
+	default: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return; \
+	}								\
+}
+
+PDISPATCH(avx512_q4_0_packed, avx512_q4_0_pack, K_Q4_0)
+PDISPATCH(avx512_q8_0_packed, avx512_q8_0_pack, K_Q8_0)
+PDISPATCH(avx512_q4_1_packed, avx512_q4_1_pack, K_Q4_1)
+PDISPATCH(avx512_q5_0_packed, avx512_q5_0_pack, K_Q5_0)
+PDISPATCH(avx512_q5_1_packed, avx512_q5_1_pack, K_Q5_1)
+PDISPATCH(avx512_iq4_nl_packed, avx512_iq4_nl_pack, K_IQ4_NL)
+
+/*
+ * Repacked Q4_K: per 256-element super-block of a 16-row group, the rows'
+ * d and dmin (halves, 32 bytes each), the eight 6-bit sub-block scales
+ * and mins as bytes (sc[8][16], mn[8][16]), then for each sub-block pair
+ * h the eight vectors k whose lane i is bytes 32h+4k..32h+4k+3 of row i's
+ * codes: low nibbles are elements 4k.. of sub-block 2h, high nibbles of
+ * sub-block 2h+1.  Per sub-block, acc = fma(f32(sum u * q), d * sc *
+ * token scale, acc) then acc -= dmin * mn * (token scale * sum q).
+ */
+#define K4HDR	(64 + 256)
+#define K4BLK	(K4HDR + 2048)
+
+/* Copy Q4_K rows into the packed layout (or only size it). */
+static size_t
+avx512_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
+	int64_t		g, b, r;
+	int		i, k, h, e;
+	uint8_t		sc[8], mn[8];
+
+	if (dst == NULL)
+		return ((size_t)(ng * nsb * K4BLK));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nsb; b++) {
+			uint8_t *o = dst + (size_t)(g * nsb + b) * K4BLK;
+
+			memset(o, 0, K4BLK);
+			for (i = 0; i < PG; i++) {
+				const uint8_t *sb;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				sb = w + (size_t)r * rb + (size_t)b * 144;
+				memcpy(o + 2 * i, sb, 2);
+				memcpy(o + 32 + 2 * i, sb + 2, 2);
+				q4k_scales(sb + 4, sc, mn);
+				for (k = 0; k < 8; k++) {
+					o[64 + 16 * k + i] = sc[k];
+					o[64 + 128 + 16 * k + i] = mn[k];
+				}
+				for (h = 0; h < 4; h++)
+					for (k = 0; k < 8; k++)
+						for (e = 0; e < 4; e++)
+							o[K4HDR + 512 * h + 64 * k + 4 * i + e] =
+							    sb[16 + 32 * h + 4 * k + e];
+			}
+		}
+	}
+	return ((size_t)(ng * nsb * K4BLK));
+}
+
+/* One packed Q4_K tile: mg groups of 16 rows by nr tokens (compile-time). */
+AI void
+q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nsb = cols / 256, stride = a->stride;
+	const size_t	 gstride = (size_t)nsb * K4BLK;
+	const uint8_t	*gp[PMR];
+	const int8_t	*xq[PNR];
+	const float	*xd[PNR], *xs[PNR];
+	__m512		 acc[PMR][PNR];
+	int64_t		 b;
+	int		 g, j, k, sub;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xs[j] = a->s + (size_t)(t0 + j) * (stride / 32);
+	}
+	for (b = 0; b < nsb; b++) {
+		__m512	dd[PMR], dm[PMR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
+
+			for (k = 0; k < K4BLK; k += 64)
+				_mm_prefetch((const char *)p + K4BLK + k, _MM_HINT_T0);
+			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+			dm[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+		}
+		for (sub = 0; sub < 8; sub++) {
+			const int64_t	 e = 256 * b + 32 * sub;
+			__m512i		 ia[PMR][PNR];
+			__m512		 ws[PMR], wm[PMR];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				const uint8_t *p = gp[g] + (size_t)b * K4BLK;
+
+				ws[g] = _mm512_mul_ps(dd[g], _mm512_cvtepi32_ps(
+				    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
+				    (p + 64 + 16 * sub)))));
+				wm[g] = _mm512_mul_ps(dm[g], _mm512_cvtepi32_ps(
+				    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
+				    (p + 192 + 16 * sub)))));
+#pragma GCC unroll 6
+				for (j = 0; j < nr; j++)
+					ia[g][j] = _mm512_setzero_si512();
+			}
+#pragma GCC unroll 8
+			for (k = 0; k < 8; k++) {
+				__m512i	u[PMR];
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					__m512i v = _mm512_loadu_si512((const void *)(gp[g] +
+					    (size_t)b * K4BLK + K4HDR + 512 * (sub >> 1) + 64 * k));
+					if (sub & 1)
+						v = _mm512_srli_epi16(v, 4);
+					u[g] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+				}
+#pragma GCC unroll 6
+				for (j = 0; j < nr; j++) {
+					__m512i	x = bcast4(xq[j] + e + 4 * k);
+
+#pragma GCC unroll 2
+					for (g = 0; g < mg; g++)
+						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], x);
+				}
+			}
+#pragma GCC unroll 6
+			for (j = 0; j < nr; j++) {
+				__m512 d = _mm512_set1_ps(xd[j][e / 32]);
+				__m512 sm = _mm512_set1_ps(xs[j][e / 32]);
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][j]),
+					    _mm512_mul_ps(ws[g], d), acc[g][j]);
+					acc[g][j] = _mm512_fnmadd_ps(wm[g], sm, acc[g][j]);
+				}
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		int		n = mr - PG * g;
+		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
+
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0 + PG * g, m,
+			    acc[g][j]);
+	}
+}
+
+/* The packed Q4_K tile shapes. */
+static void
+avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	if (mr > PG) {
+		switch (nr) {
+		case 1: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return;
+		case 2: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return;
+		case 3: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return;
+		case 4: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return;
+		case 5: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 5, y, ldy); return;
+		default: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 6, y, ldy); return;
+		}
+	}
+	switch (nr) {
+	case 1: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return;
+	case 2: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return;
+	case 3: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return;
+	case 4: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return;
+	case 5: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return;
+	default: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return;
+	}
+}
+
+/*
+ * Repacked Q6_K: per super-block of a 16-row group, the rows' d (halves,
+ * 32 bytes), the 16 sub-block scales (int8, sc[16][16]), then 64 code
+ * vectors v = 4s + k (lane i: elements 16s+4k.. of row i) as 32 nibble
+ * vectors (low nibbles of v < 32, high nibbles of v + 32) and 16 vectors
+ * of the top two bits (bits 2m of vector p are those of v = p + 16m).
+ * Per 16-element sub-block, acc = fma(f32(bias + sum u * q), d * sc *
+ * token scale, acc), the bias being -32 times the codes' sum (ACT_BLOCK16).
+ */
+#define K6HDR	(32 + 256)
+#define K6BLK	(K6HDR + 2048 + 1024)
+
+/* Copy Q6_K rows into the packed layout (or only size it). */
+static size_t
+avx512_q6_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
+	int64_t		g, b, r;
+	int		i, v, e, c;
+
+	if (dst == NULL)
+		return ((size_t)(ng * nsb * K6BLK));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nsb; b++) {
+			uint8_t *o = dst + (size_t)(g * nsb + b) * K6BLK;
+
+			memset(o, 0, K6BLK);
+			for (i = 0; i < PG; i++) {
+				const uint8_t *sb;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				sb = w + (size_t)r * rb + (size_t)b * 210;
+				memcpy(o + 2 * i, sb + 208, 2);
+				for (v = 0; v < 16; v++)
+					o[32 + 16 * v + i] = sb[192 + v];
+				for (v = 0; v < 64; v++) {
+					for (e = 0; e < 4; e++) {
+						c = q6k_code(sb, 4 * v + e);
+						o[K6HDR + 64 * (v & 31) + 4 * i + e] |=
+						    (uint8_t)((c & 15) << (v >= 32 ? 4 : 0));
+						o[K6HDR + 2048 + 64 * (v & 15) + 4 * i + e] |=
+						    (uint8_t)((c >> 4) << (2 * (v >> 4)));
+					}
+				}
+			}
+		}
+	}
+	return ((size_t)(ng * nsb * K6BLK));
+}
+
+/* Code vector v (0..63) of a packed Q6_K super-block p (compile-time v). */
+AI __m512i
+q6k_packed_codes(const uint8_t *p, const int v)
+{
+	__m512i	n = _mm512_loadu_si512((const void *)(p + K6HDR + 64 * (v & 31)));
+	__m512i	h = _mm512_loadu_si512((const void *)(p + K6HDR + 2048 + 64 * (v & 15)));
+	const int m = v >> 4;
+
+	n = v >= 32 ? _mm512_srli_epi16(n, 4) : n;
+	n = _mm512_and_si512(n, _mm512_set1_epi8(0x0f));
+	h = m == 0 ? _mm512_slli_epi16(h, 4) : m == 1 ? _mm512_slli_epi16(h, 2) :
+	    m == 2 ? h : _mm512_srli_epi16(h, 2);
+	return (_mm512_ternarylogic_epi32(n, h, _mm512_set1_epi8(0x30), 0xf8));
+}
+
+/* One packed Q6_K tile: mg groups of 16 rows by nr tokens (compile-time). */
+AI void
+q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nsb = cols / 256, stride = a->stride;
+	const size_t	 gstride = (size_t)nsb * K6BLK;
+	const uint8_t	*gp[PMR];
+	const int8_t	*xq[PNR];
+	const float	*xd[PNR];
+	const int32_t	*xb[PNR];
+	__m512		 acc[PMR][PNR];
+	int64_t		 b;
+	int		 g, j, k, sub;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xb[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (b = 0; b < nsb; b++) {
+		__m512	dd[PMR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * K6BLK;
+
+			for (k = 0; k < K6BLK; k += 64)
+				_mm_prefetch((const char *)p + K6BLK + k, _MM_HINT_T0);
+			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+		}
+#pragma GCC unroll 16
+		for (sub = 0; sub < 16; sub++) {
+			const int64_t	 e = 256 * b + 16 * sub;
+			__m512i		 ia[PMR][PNR];
+			__m512		 ws[PMR];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				const uint8_t *p = gp[g] + (size_t)b * K6BLK;
+
+				ws[g] = _mm512_mul_ps(dd[g], _mm512_cvtepi32_ps(
+				    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)
+				    (p + 32 + 16 * sub)))));
+#pragma GCC unroll 6
+				for (j = 0; j < nr; j++)
+					ia[g][j] = _mm512_set1_epi32(xb[j][e / 16]);
+			}
+#pragma GCC unroll 4
+			for (k = 0; k < 4; k++) {
+				__m512i	u[PMR];
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+					u[g] = q6k_packed_codes(gp[g] + (size_t)b * K6BLK,
+					    4 * sub + k);
+#pragma GCC unroll 6
+				for (j = 0; j < nr; j++) {
+					__m512i	x = bcast4(xq[j] + e + 4 * k);
+
+#pragma GCC unroll 2
+					for (g = 0; g < mg; g++)
+						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], x);
+				}
+			}
+#pragma GCC unroll 6
+			for (j = 0; j < nr; j++) {
+				__m512 d = _mm512_set1_ps(xd[j][e / 32]);
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+					acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][j]),
+					    _mm512_mul_ps(ws[g], d), acc[g][j]);
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		int		n = mr - PG * g;
+		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
+
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++)
+			_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0 + PG * g, m,
+			    acc[g][j]);
+	}
+}
+
+/* The packed Q6_K tile shapes. */
+static void
+avx512_q6_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	if (mr > PG) {
+		switch (nr) {
+		case 1: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return;
+		case 2: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return;
+		case 3: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return;
+		case 4: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return;
+		case 5: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 5, y, ldy); return;
+		default: q6k_packed_tile(pw, cols, r0, 2, mr, a, t0, 6, y, ldy); return;
+		}
+	}
+	switch (nr) {
+	case 1: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return;
+	case 2: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return;
+	case 3: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return;
+	case 4: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return;
+	case 5: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return;
+	default: q6k_packed_tile(pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return;
 	}
 }
 
@@ -1023,7 +1647,8 @@ avx512_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 struct quant_kernel
 quant_kernel_avx512(uint32_t type)
 {
-	struct quant_kernel	k = { NULL, MR, NR, ACT_NATURAL, quant_act_fill };
+	struct quant_kernel	k = { .mr = MR, .nr = NR, .layout = ACT_NATURAL,
+	    .fill = quant_act_fill };
 
 	if ((type == TT_F16 || type == TT_BF16) && quant_bf16_dot_allowed() &&
 	    quant_bf16_dot_supported()) {
@@ -1050,28 +1675,62 @@ quant_kernel_avx512(uint32_t type)
 		k.fn = avx512_q4_0;
 		k.layout = ACT_Q4_0X4;
 		k.fill = avx512_act_fill;
+		k.pack = avx512_q4_0_pack;
+		k.pfn = avx512_q4_0_packed;
 		break;
 	case TT_Q8_0:
 		k.fn = avx512_q8_0;
 		k.fill = avx512_act_fill;
+		k.pack = avx512_q8_0_pack;
+		k.pfn = avx512_q8_0_packed;
 		break;
 	case TT_Q4_K:
 		k.fn = avx512_q4_k;
 		k.layout = ACT_Q4_KX;
 		k.fill = avx512_act_fill;
+		k.pack = avx512_q4_k_pack;
+		k.pfn = avx512_q4_k_packed;
 		break;
 	case TT_Q6_K:
 		k.fn = avx512_q6_k;
 		k.fill = avx512_act_fill;
+		k.pack = avx512_q6_k_pack;
+		k.pfn = avx512_q6_k_packed;
 		break;
-	case TT_Q4_1: k.fn = avx512_q4_1; k.fill = avx512_act_fill; break;
-	case TT_Q5_0: k.fn = avx512_q5_0; k.fill = avx512_act_fill; break;
-	case TT_Q5_1: k.fn = avx512_q5_1; k.fill = avx512_act_fill; break;
-	case TT_IQ4_NL: k.fn = avx512_iq4_nl; k.fill = avx512_act_fill; break;
+	case TT_Q4_1:
+		k.fn = avx512_q4_1;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q4_1_pack;
+		k.pfn = avx512_q4_1_packed;
+		break;
+	case TT_Q5_0:
+		k.fn = avx512_q5_0;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q5_0_pack;
+		k.pfn = avx512_q5_0_packed;
+		break;
+	case TT_Q5_1:
+		k.fn = avx512_q5_1;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q5_1_pack;
+		k.pfn = avx512_q5_1_packed;
+		break;
+	case TT_IQ4_NL:
+		k.fn = avx512_iq4_nl;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_iq4_nl_pack;
+		k.pfn = avx512_iq4_nl_packed;
+		break;
 	case TT_Q2_K: k.fn = avx512_q2_k; k.fill = avx512_act_fill; break;
 	case TT_Q3_K: k.fn = avx512_q3_k; k.fill = avx512_act_fill; break;
 	case TT_Q5_K: k.fn = avx512_q5_k; k.fill = avx512_act_fill; break;
 	case TT_IQ4_XS: k.fn = avx512_iq4_xs; k.fill = avx512_act_fill; break;
+	}
+	if (k.pfn != NULL) {
+		k.pmr = PMR * PG;
+		k.pnr = PNR;
+		k.playout = type == TT_Q6_K ? ACT_BLOCK16 : ACT_BLOCK;
+		k.pfill = avx512_act_fill;
 	}
 	return (k);
 }

@@ -4,7 +4,8 @@
  * usage: bench-matmul [-t threads] [-r min_reps] [-T type,...] [-n ntok,...]
  *     [-s shape index] [-c weight copies] [-B] [-C] [-I variant]
  *
- * -B lets F16/BF16 weights use bf16 dot products (quant_allow_bf16_dot). *
+ * -B lets F16/BF16 weights use bf16 dot products (quant_allow_bf16_dot).
+ * -U keeps every type on the mapped rows (quant_allow_pack(0)).
  * -C times with the thread's CPU clock (one thread only): on a machine
  * shared with other work this removes the time the thread was not running.
  *
@@ -106,7 +107,7 @@ main(int argc, char **argv)
 	char			*cause = NULL, *tok, *str;
 	double			 secs[8][NSHAPES][16];
 
-	while ((ch = getopt(argc, argv, "BCI:t:r:T:n:s:c:")) != -1) {
+	while ((ch = getopt(argc, argv, "BCUI:t:r:T:n:s:c:")) != -1) {
 		switch (ch) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -141,6 +142,9 @@ main(int argc, char **argv)
 		case 'C':
 			use_cpu_time = 1;
 			break;
+		case 'U':
+			quant_allow_pack(0);
+			break;
 		case 'I':
 			for (k = 0; k < QUANT_ISA_COUNT; k++)
 				if (strcmp(quant_isa_name(k), optarg) == 0)
@@ -159,7 +163,7 @@ main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr, "usage: bench-matmul [-t threads] [-r reps] "
-			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies] [-B] [-C] [-I scalar|avx2|avx512]\n");
+			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies] [-B] [-C] [-U] [-I scalar|avx2|avx512]\n");
 			return (1);
 		}
 	}

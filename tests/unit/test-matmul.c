@@ -179,6 +179,31 @@ main(void)
 				test_shape(pool, isa, ktu_types[i], 3, 96);
 			}
 	}
+	/*
+	 * The AVX-512 kernels on the mapped rows too: the types that are
+	 * repacked at load above (qmat_packed_bytes says which) also keep
+	 * their kernels on the file's own layout.
+	 */
+	if (quant_force_isa(QUANT_ISA_AVX512) == 0) {
+		char	 wbuf[2 * 18 * 16];
+
+		memset(wbuf, 0, sizeof wbuf);
+		m = qmat_create(TT_Q4_0, 2, 512, wbuf, &cause);
+		ok(m != NULL && qmat_packed_bytes(m) > 0,
+		    "avx512 Q4_0: repacked at load");
+		qmat_free(m);
+		quant_allow_pack(0);
+		m = qmat_create(TT_Q4_0, 2, 512, wbuf, &cause);
+		ok(m != NULL && qmat_packed_bytes(m) == 0,
+		    "avx512 Q4_0: quant_allow_pack(0) keeps the mapped rows");
+		qmat_free(m);
+		diag("avx512 on the mapped rows (no repacking)");
+		for (i = 0; i < KTU_NTYPES; i++)
+			for (j = 0; j < sizeof rowcounts / sizeof rowcounts[0]; j++)
+				test_shape(pool, QUANT_ISA_AVX512, ktu_types[i],
+				    rowcounts[j], j == 2 ? 768 : 512);
+		quant_allow_pack(1);
+	}
 	/* bf16 dot products for the float types, where the CPU has them. */
 	if (quant_bf16_dot_supported()) {
 		quant_force_isa(QUANT_ISA_AVX512);

@@ -1,0 +1,242 @@
+#!/bin/sh
+# vs-llamacpp.sh: phased-bench against llama.cpp's llama-bench on the same
+# TinyLlama-1.1B-shape GGUF files, interleaved, and a table of medians.
+#
+# usage: tests/bench/vs-llamacpp.sh [BUILDDIR] [MODELDIR]
+#
+# phased-synth writes one F16 model; llama-quantize (llama.cpp's own
+# quantizer) makes every other type from it, so both tools read the very
+# same file.  For each of ROUNDS rounds and each type, `llama-bench -r 1`
+# and `phased-bench -r 1` run one after the other (which goes first
+# alternates by round), so slow phases of a noisy machine hit both.  The
+# table gives medians, min-max spread, the ratios of the medians and the
+# peak resident memory (ru_maxrss) of each tool.
+#
+# llama-bench is taken from LLAMA_BENCH, else PATH, else
+# /tmp/llama.cpp-build/bin; when none is there and LLAMA_SRC names a
+# llama.cpp source tree it is built (CPU only) into LLAMA_BUILD.  Without
+# it the script says so and exits 0 (a skip, not a failure).
+#
+# Environment: TYPES (default: all below), ROUNDS (5), THREADS (2),
+# PP (512), NG (128), KEEP=1 keeps the models in MODELDIR between runs.
+set -eu
+B=${1:-.}
+M=${2:-/tmp/vs-llamacpp}
+SHARED=${PHASED_SHARED:-$(dirname "$0")/../../../shared}
+VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
+TYPES=${TYPES:-F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q3_K_M Q4_K_M Q5_K_M}
+ROUNDS=${ROUNDS:-5}
+THREADS=${THREADS:-2}
+PP=${PP:-512}
+NG=${NG:-128}
+LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama.cpp-build}
+
+# Locate llama-bench, or build it from LLAMA_SRC.
+find_llama_bench() {
+	if [ -n "${LLAMA_BENCH:-}" ]; then
+		[ -x "$LLAMA_BENCH" ] && { echo "$LLAMA_BENCH"; return; }
+		echo "vs-llamacpp: LLAMA_BENCH=$LLAMA_BENCH: not an executable" >&2
+		return 1
+	fi
+	if command -v llama-bench >/dev/null 2>&1; then
+		command -v llama-bench
+		return
+	fi
+	if [ -x "$LLAMA_BUILD/bin/llama-bench" ]; then
+		echo "$LLAMA_BUILD/bin/llama-bench"
+		return
+	fi
+	if [ -n "${LLAMA_SRC:-}" ]; then
+		echo "vs-llamacpp: building llama-bench from $LLAMA_SRC into $LLAMA_BUILD" >&2
+		cmake -S "$LLAMA_SRC" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release \
+		    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DGGML_CUDA=OFF \
+		    -DLLAMA_BUILD_TESTS=OFF >&2 &&
+		cmake --build "$LLAMA_BUILD" -j"$(nproc)" \
+		    --target llama-bench llama-quantize >&2 &&
+		echo "$LLAMA_BUILD/bin/llama-bench"
+		return
+	fi
+	return 1
+}
+
+if ! LB=$(find_llama_bench); then
+	echo "vs-llamacpp: skipped: no llama-bench (set LLAMA_BENCH to the" \
+	    "binary, put it in PATH, or set LLAMA_SRC to a llama.cpp source" \
+	    "tree to build it)"
+	exit 0
+fi
+LQ=$(dirname "$LB")/llama-quantize
+if [ ! -x "$LQ" ]; then
+	echo "vs-llamacpp: skipped: no llama-quantize next to $LB"
+	exit 0
+fi
+for t in phased-bench phased-synth; do
+	if [ ! -x "$B/$t" ]; then
+		echo "vs-llamacpp: $B/$t: not built (give the build directory)" >&2
+		exit 1
+	fi
+done
+[ -f "$VOCAB" ] || { echo "vs-llamacpp: $VOCAB: missing (set PHASED_SHARED)" >&2; exit 1; }
+
+mkdir -p "$M"
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/vs-llamacpp.XXXXXX")
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$OUT"' EXIT
+
+# The models: one F16 base from phased-synth, the rest by llama-quantize.
+BASE=$M/tl-f16.gguf
+[ -f "$BASE" ] || "$B/phased-synth" --shape tinyllama-1.1b --type F16 \
+    --vocab "$VOCAB" -o "$BASE" >&2
+for t in $TYPES; do
+	f=$M/tl-$(echo "$t" | tr 'A-Z' 'a-z').gguf
+	[ "$t" = F16 ] && continue
+	[ -f "$f" ] || "$LQ" "$BASE" "$f" "$t" "$THREADS" >"$OUT/quantize-$t.log" 2>&1 || {
+		echo "vs-llamacpp: llama-quantize to $t failed:" >&2
+		tail -5 "$OUT/quantize-$t.log" >&2
+		exit 1
+	}
+done
+
+# run LOG CMD...: run a command, its stdout to LOG, its peak RSS (KiB) to LOG.rss.
+run() {
+	log=$1
+	shift
+	python3 -c '
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as f:
+    rc = subprocess.call(sys.argv[2:], stdout=f, stderr=subprocess.DEVNULL)
+with open(sys.argv[1] + ".rss", "w") as f:
+    f.write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)' "$log" "$@"
+}
+
+echo "vs-llamacpp: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
+    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')," \
+    "load $(cut -d' ' -f1-3 /proc/loadavg)"
+# llama.cpp picks its AMX kernels from CPUID and the kernel's permission;
+# where tiles still fault (SIGILL, seen under some hypervisors) it is run
+# with arch_prctl's AMX request refused, so it falls back to its AVX-512
+# repacked kernels, the best it can do there.
+PRE=
+f=$M/tl-$(echo "${TYPES%% *}" | tr 'A-Z' 'a-z').gguf
+rc=0
+"$LB" -m "$f" -t "$THREADS" -p 8 -n 0 -r 1 >/dev/null 2>&1 || rc=$?
+if [ "$rc" -eq 132 ]; then
+	cat >"$OUT/noamx.c" <<'EOC'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/syscall.h>
+/* syscall(2) with ARCH_REQ_XCOMP_PERM refused; the rest passed through. */
+long
+syscall(long n, ...)
+{
+	static long (*real)(long, ...);
+	va_list	ap;
+	long	a[6];
+	int	i;
+
+	va_start(ap, n);
+	for (i = 0; i < 6; i++)
+		a[i] = va_arg(ap, long);
+	va_end(ap);
+	if (n == SYS_arch_prctl && a[0] == 0x1023) {
+		errno = EPERM;
+		return (-1);
+	}
+	if (real == NULL)
+		real = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+	return (real(n, a[0], a[1], a[2], a[3], a[4], a[5]));
+}
+EOC
+	cc -shared -fPIC -O2 -o "$OUT/noamx.so" "$OUT/noamx.c" -ldl
+	PRE=$OUT/noamx.so
+	echo "llama-bench: AMX faults on this machine (SIGILL): run with AMX refused"
+fi
+echo "commands: $LB -m F -t $THREADS -p $PP -n $NG -r 1 -o json;" \
+    "$B/phased-bench -m F -p $PP -n $NG -b 1 -r 1 -t $THREADS --json; $ROUNDS rounds"
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+	for t in $TYPES; do
+		f=$M/tl-$(echo "$t" | tr 'A-Z' 'a-z').gguf
+		l="$OUT/llama-$t-$r.json"
+		p="$OUT/phased-$t-$r.json"
+		if [ $((r % 2)) -eq 1 ]; then
+			LD_PRELOAD=$PRE run "$l" "$LB" -m "$f" -t "$THREADS" -p "$PP" -n "$NG" -r 1 -o json || true
+			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r 1 -t "$THREADS" --json || true
+		else
+			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r 1 -t "$THREADS" --json || true
+			LD_PRELOAD=$PRE run "$l" "$LB" -m "$f" -t "$THREADS" -p "$PP" -n "$NG" -r 1 -o json || true
+		fi
+	done
+	echo "round $r done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+	r=$((r + 1))
+done
+echo "end: $(date -u '+%H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 - "$OUT" "$ROUNDS" "$PP" "$NG" $TYPES <<'EOF'
+import json, os, statistics, sys
+
+out, rounds, pp, ng = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+types = sys.argv[5:]
+
+
+def load(path):
+    """A JSON file, or None when the run failed."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def rss(path):
+    """Peak resident memory of a run in MiB, or None."""
+    try:
+        with open(path + ".rss") as f:
+            return int(f.read()) / 1024.0
+    except (OSError, ValueError):
+        return None
+
+
+def cell(v):
+    """Median (min-max) of samples, or a dash."""
+    if not v:
+        return "-"
+    return "%.1f (%.1f-%.1f)" % (statistics.median(v), min(v), max(v))
+
+
+def ratio(a, b):
+    """Median ratio a / b, or a dash."""
+    if not a or not b:
+        return "-"
+    return "%.2fx" % (statistics.median(a) / statistics.median(b))
+
+
+print()
+print("| type | phased pp%d | llama.cpp pp%d | ratio | phased tg%d | llama.cpp tg%d | ratio "
+      "| phased RSS MiB | llama.cpp RSS MiB |" % (pp, pp, ng, ng))
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for t in types:
+    s = {"lp": [], "lt": [], "pp": [], "pt": [], "lr": [], "pr": []}
+    for r in range(1, rounds + 1):
+        lj = load(os.path.join(out, "llama-%s-%d.json" % (t, r)))
+        for e in lj or []:
+            if e.get("n_prompt", 0) > 0 and e.get("n_gen", 0) == 0:
+                s["lp"].append(e["avg_ts"])
+            elif e.get("n_gen", 0) > 0 and e.get("n_prompt", 0) == 0:
+                s["lt"].append(e["avg_ts"])
+        pj = load(os.path.join(out, "phased-%s-%d.json" % (t, r)))
+        for e in (pj or {}).get("results", []):
+            (s["pp"] if e["test"] == "pp" else s["pt"]).append(e["tps_median"])
+        for k, n in (("lr", "llama"), ("pr", "phased")):
+            v = rss(os.path.join(out, "%s-%s-%d.json" % (n, t, r)))
+            if v is not None:
+                s[k].append(v)
+    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        t, cell(s["pp"]), cell(s["lp"]), ratio(s["pp"], s["lp"]),
+        cell(s["pt"]), cell(s["lt"]), ratio(s["pt"], s["lt"]),
+        "%.0f" % max(s["pr"]) if s["pr"] else "-",
+        "%.0f" % max(s["lr"]) if s["lr"] else "-"))
+EOF
