@@ -15,59 +15,7 @@
 #include "log.h"
 #include "policy_host.h"
 #include "tap.h"
-#include "policy_testview.h"
-
-static const char *builddir = POLICY_BUILD_DIR;
-
-/* xorshift64*: a small seeded PRNG so failures reproduce. */
-static uint64_t rng_state = 0x853c49e6748fea9bULL;
-
-/* Next pseudo-random 64-bit value. */
-static uint64_t
-rng(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (rng_state * 2685821657736338717ULL);
-}
-
-/* Uniform integer in [lo, hi]. */
-static uint32_t
-rnd(uint32_t lo, uint32_t hi)
-{
-	return (lo + (uint32_t)(rng() % ((uint64_t)hi - lo + 1)));
-}
-
-/* Load fair-share with space-separated params, or bail out. */
-static struct policy *
-load(const char *params)
-{
-	struct policy	*pol;
-	char		*copy, *argv[8], *cause = NULL, *w, *save = NULL;
-	size_t		 argc = 0;
-
-	copy = strdup(params);
-	for (w = strtok_r(copy, " ", &save); w != NULL && argc < 8;
-	    w = strtok_r(NULL, " ", &save))
-		argv[argc++] = w;
-	pol = policy_open(builddir, "fair-share", argc, argv, &cause);
-	if (pol == NULL) {
-		printf("Bail out! cannot load fair-share %s: %s\n", params,
-		    cause);
-		exit(1);
-	}
-	free(copy);
-	return (pol);
-}
-
-/* Run the policy on a view into its plan. */
-static int
-plan(struct policy *pol, struct tv *t)
-{
-	tv_plan_reset(t);
-	return (pol->ops->schedule(pol->state, &t->v, &t->p));
-}
+#include "policy-testutil.h"
 
 /* The request with this id, or NULL. */
 static struct phased_request *
@@ -104,9 +52,9 @@ test_random(void)
 	int		 iter, invalid = 0, unserved = 0, over = 0, dup = 0;
 	uint32_t	 i, j, n, d, pre, k;
 
-	pol[0] = load("");
-	pol[1] = load("budget=64");
-	pol[2] = load("quantum=8 tbt_p99_ms=20");
+	pol[0] = load("fair-share", "");
+	pol[1] = load("fair-share", "budget=64");
+	pol[2] = load("fair-share", "quantum=8 tbt_p99_ms=20");
 	for (iter = 0; iter < 6000; iter++) {
 		k = (uint32_t)iter % 3;
 		tv_init(t, rnd(16, 2048), rnd(1, 32), rnd(0, 3) == 0 ?
@@ -260,7 +208,7 @@ sim_shares(const char *params, const uint32_t *w, int n, int backlog,
     int iters, double *share)
 {
 	struct sim	 s;
-	struct policy	*pol = load(params);
+	struct policy	*pol = load("fair-share", params);
 	uint64_t	 total = 0, base[8];
 	uint32_t	 fin[TV_MAXR];
 	char		 err[256];
@@ -342,7 +290,7 @@ static void
 test_chat_vs_batch(void)
 {
 	struct tv	*t = calloc(1, sizeof *t);
-	struct policy	*pol = load("");
+	struct policy	*pol = load("fair-share", "");
 	struct phased_request *r;
 	uint32_t	 i;
 
@@ -389,7 +337,7 @@ test_chat_vs_batch(void)
 static void
 test_reconfigure(void)
 {
-	struct policy			*pol = load("");
+	struct policy			*pol = load("fair-share", "");
 	struct phased_param		 kv[1];
 	struct phased_policy_params	 pp = { 1, kv };
 	char				 err[256];
@@ -416,6 +364,7 @@ main(void)
 {
 	const char	*e;
 
+	rng_state = 0x853c49e6748fea9bULL;
 	log_init(1, 0, "test-fair-share");
 	if ((e = getenv("POLICY_BUILD_DIR")) != NULL)
 		builddir = e;

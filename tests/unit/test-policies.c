@@ -14,65 +14,7 @@
 #include "log.h"
 #include "policy_host.h"
 #include "tap.h"
-#include "policy_testview.h"
-
-static const char *builddir = POLICY_BUILD_DIR;
-
-/* xorshift64*: a small seeded PRNG so failures reproduce. */
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-
-/* Next pseudo-random 64-bit value. */
-static uint64_t
-rng(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (rng_state * 2685821657736338717ULL);
-}
-
-/* Uniform integer in [lo, hi]. */
-static uint32_t
-rnd(uint32_t lo, uint32_t hi)
-{
-	return (lo + (uint32_t)(rng() % ((uint64_t)hi - lo + 1)));
-}
-
-/* Uniform real in [0, 1). */
-static double
-rndf(void)
-{
-	return ((rng() >> 11) * (1.0 / 9007199254740992.0));
-}
-
-/* Load a bundled policy with space-separated params, or bail out. */
-static struct policy *
-load(const char *name, const char *params)
-{
-	struct policy	*pol;
-	char		*copy, *argv[8], *cause = NULL, *w, *save = NULL;
-	size_t		 argc = 0;
-
-	copy = strdup(params);
-	for (w = strtok_r(copy, " ", &save); w != NULL && argc < 8;
-	    w = strtok_r(NULL, " ", &save))
-		argv[argc++] = w;
-	pol = policy_open(builddir, name, argc, argv, &cause);
-	if (pol == NULL) {
-		printf("Bail out! cannot load %s %s: %s\n", name, params, cause);
-		exit(1);
-	}
-	free(copy);
-	return (pol);
-}
-
-/* Run a policy's schedule on a view into its plan. */
-static int
-plan(struct policy *pol, struct tv *t)
-{
-	tv_plan_reset(t);
-	return (pol->ops->schedule(pol->state, &t->v, &t->p));
-}
+#include "policy-testutil.h"
 
 /* Index of request id in the plan's entries, or -1. */
 static int

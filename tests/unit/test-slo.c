@@ -15,58 +15,7 @@
 #include "log.h"
 #include "policy_host.h"
 #include "tap.h"
-#include "policy_testview.h"
-
-static const char *builddir = POLICY_BUILD_DIR;
-
-/* xorshift64*: a small seeded PRNG so failures reproduce. */
-static uint64_t rng_state = 0xda942042e4dd58b5ULL;
-
-/* Next pseudo-random 64-bit value. */
-static uint64_t
-rng(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (rng_state * 2685821657736338717ULL);
-}
-
-/* Uniform integer in [lo, hi]. */
-static uint32_t
-rnd(uint32_t lo, uint32_t hi)
-{
-	return (lo + (uint32_t)(rng() % ((uint64_t)hi - lo + 1)));
-}
-
-/* Load slo with space-separated params, or bail out. */
-static struct policy *
-load(const char *params)
-{
-	struct policy	*pol;
-	char		*copy, *argv[8], *cause = NULL, *w, *save = NULL;
-	size_t		 argc = 0;
-
-	copy = strdup(params);
-	for (w = strtok_r(copy, " ", &save); w != NULL && argc < 8;
-	    w = strtok_r(NULL, " ", &save))
-		argv[argc++] = w;
-	pol = policy_open(builddir, "slo", argc, argv, &cause);
-	if (pol == NULL) {
-		printf("Bail out! cannot load slo %s: %s\n", params, cause);
-		exit(1);
-	}
-	free(copy);
-	return (pol);
-}
-
-/* Run the policy on a view into its plan. */
-static int
-plan(struct policy *pol, struct tv *t)
-{
-	tv_plan_reset(t);
-	return (pol->ops->schedule(pol->state, &t->v, &t->p));
-}
+#include "policy-testutil.h"
 
 /* Whether id has an entry; whether it is preempted. */
 static int
@@ -123,7 +72,7 @@ static void
 test_cases(void)
 {
 	struct tv	*t = calloc(1, sizeof *t);
-	struct policy	*pol = load("tbt_ms=60 ttft_ms=1000");
+	struct policy	*pol = load("slo", "tbt_ms=60 ttft_ms=1000");
 	uint32_t	 i, kept = 0;
 
 	/* 2 interactive and 10 batch decodes at 10 ms each over 10 ms. */
@@ -201,7 +150,7 @@ test_random(void)
 	uint32_t	 i, n, prio_cut;
 
 	for (s = 0; s < sizeof specs / sizeof specs[0]; s++) {
-		pol = load(specs[s]);
+		pol = load("slo", specs[s]);
 		prio_cut = strstr(specs[s], "batch_priority=1") ? 1 : 10;
 		rng_state = 77 + s;
 		invalid = inter = over = pre_bad = 0;
@@ -280,6 +229,7 @@ main(void)
 {
 	const char	*e;
 
+	rng_state = 0xda942042e4dd58b5ULL;
 	log_init(1, 0, "test-slo");
 	if ((e = getenv("POLICY_BUILD_DIR")) != NULL)
 		builddir = e;

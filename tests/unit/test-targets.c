@@ -15,61 +15,7 @@
 #include "log.h"
 #include "policy_host.h"
 #include "tap.h"
-#include "policy_testview.h"
-
-static const char *builddir = POLICY_BUILD_DIR;
-
-/* xorshift64*: a small seeded PRNG so failures reproduce. */
-static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
-
-/* Next pseudo-random 64-bit value. */
-static uint64_t
-rng(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (rng_state * 2685821657736338717ULL);
-}
-
-/* Uniform integer in [lo, hi]. */
-static uint32_t
-rnd(uint32_t lo, uint32_t hi)
-{
-	return (lo + (uint32_t)(rng() % ((uint64_t)hi - lo + 1)));
-}
-
-/* Split space-separated params into argv (at most 8). */
-static size_t
-split(char *copy, char **argv)
-{
-	char	*w, *save = NULL;
-	size_t	 argc = 0;
-
-	for (w = strtok_r(copy, " ", &save); w != NULL && argc < 8;
-	    w = strtok_r(NULL, " ", &save))
-		argv[argc++] = w;
-	return (argc);
-}
-
-/* Load a bundled policy with space-separated params, or bail out. */
-static struct policy *
-load(const char *name, const char *params)
-{
-	struct policy	*pol;
-	char		*copy, *argv[8], *cause = NULL;
-	size_t		 argc;
-
-	copy = strdup(params);
-	argc = split(copy, argv);
-	pol = policy_open(builddir, name, argc, argv, &cause);
-	if (pol == NULL) {
-		printf("Bail out! cannot load %s %s: %s\n", name, params, cause);
-		exit(1);
-	}
-	free(copy);
-	return (pol);
-}
+#include "policy-testutil.h"
 
 /* Reconfigure a loaded policy; its return value, err filled. */
 static int
@@ -95,14 +41,6 @@ reconf(struct policy *pol, const char *params, char *err, size_t errlen)
 	rc = pol->ops->reconfigure(pol->state, &pp, err, errlen);
 	free(copy);
 	return (rc);
-}
-
-/* Run a policy's schedule on a view into its plan. */
-static int
-plan(struct policy *pol, struct tv *t)
-{
-	tv_plan_reset(t);
-	return (pol->ops->schedule(pol->state, &t->v, &t->p));
 }
 
 /* Prefill tokens planned. */
@@ -403,6 +341,7 @@ main(void)
 {
 	const char	*e;
 
+	rng_state = 0x2545f4914f6cdd1dULL;
 	log_init(1, 0, "test-targets");
 	if ((e = getenv("POLICY_BUILD_DIR")) != NULL)
 		builddir = e;
