@@ -9,8 +9,12 @@ inputs added as regressions) alone."""
 import json
 import os
 import struct
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from phasedtest import (field_bytes as fb, field_float as ff,  # noqa: E402
+                        field_varint as fv, frame, request as req, varint)
 CORPUS = os.path.join(HERE, "corpus")
 
 # GGUF value types
@@ -143,38 +147,6 @@ def gguf_corpus():
     }
     return files
 
-
-def varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def fv(num, v):
-    return varint(num << 3) + varint(v)
-
-
-def fb(num, data):
-    data = data.encode() if isinstance(data, str) else data
-    return varint(num << 3 | 2) + varint(len(data)) + data
-
-
-def ff(num, v):
-    return varint(num << 3 | 5) + struct.pack("<f", v)
-
-
-def req(rid, field, body=b""):
-    return fv(1, rid) + fb(field, body)
-
-
-def frame(msg):
-    return struct.pack(">I", len(msg)) + msg
 
 
 def frame_corpus():
