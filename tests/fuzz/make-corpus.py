@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Write the fuzz targets' seed corpora under tests/fuzz/corpus/TARGET:
-small GGUF files (an SPM and a byte-level BPE vocabulary, a tensor of each
-common type, a few hostile headers), request frames as phasectl sends
-them, and JSON bodies of the OpenAI and Ollama endpoints.  Run it from
-anywhere; it rewrites the files it owns and leaves other files (crashing
-inputs added as regressions) alone."""
+request frames as phasectl sends them and JSON bodies of the OpenAI and
+Ollama endpoints; with --gguf DIR, small GGUF files (an SPM and a
+byte-level BPE vocabulary, a tensor of each common type, a few hostile
+headers) into DIR, as the build does.  Run it from anywhere; it rewrites
+the files it owns and leaves other files (crashing inputs added as
+regressions) alone."""
 
 import json
 import os
@@ -246,13 +247,19 @@ def http_corpus():
 
 
 def write(target, files):
-    d = os.path.join(CORPUS, target)
+    d = os.path.join(CORPUS, target)   # an absolute target stays as it is
     os.makedirs(d, exist_ok=True)
     for name, data in files.items():
         with open(os.path.join(d, name), "wb") as f:
             f.write(data)
 
 
-write("fuzz-gguf", gguf_corpus())
-write("fuzz-frame", frame_corpus())
-write("fuzz-http", http_corpus())
+# The GGUF seeds are model files: they are written where the build asks
+# (make-corpus.py --gguf DIR), never kept in the tree.
+if len(sys.argv) == 3 and sys.argv[1] == "--gguf":
+    write(sys.argv[2], gguf_corpus())
+elif len(sys.argv) == 1:
+    write("fuzz-frame", frame_corpus())
+    write("fuzz-http", http_corpus())
+else:
+    sys.exit("usage: make-corpus.py [--gguf DIR]")
