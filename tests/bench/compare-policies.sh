@@ -93,7 +93,10 @@ disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1
 chunked-prefill|policy=chunked-prefill
 decode-reserved-auto|policy=decode-reserved
 chunked-prefill-slo|policy=chunked-prefill policy.tbt_p99_ms=150 policy.ttft_ms=10000
-slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000"
+slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000
+disaggregated-lend-off|policy=disaggregated policy.lend=off groups=prefill:cpu0/decode:cpu1
+disaggregated-lend-prefill|policy=disaggregated policy.lend=prefill groups=prefill:cpu0/decode:cpu1
+disaggregated-lend-decode|policy=disaggregated policy.lend=decode groups=prefill:cpu0/decode:cpu1"
 
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 commit=$(git -C "$here" log -1 --format='%h %cd' --date=iso 2>/dev/null || true)
