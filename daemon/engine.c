@@ -102,6 +102,11 @@ struct egroup {
 	size_t			 vcap;
 	uint64_t		 decode_others_ns; /* this iteration's, decoders' */
 	size_t			 nwpref;	/* entries in wpref */
+	/* Lending cores between CPU groups (PHASED_PLAN_BORROW). */
+	int			 n_lend;	/* others' CPUs this group may borrow */
+	int			 idle;		/* waiting with nothing to run */
+	int			 lent_to;	/* group borrowing our cores, -1: none */
+	int			 borrowed;	/* threads borrowed this iteration */
 	uint32_t		 rep_chunk;	/* the plan's report (policy.h) */
 	uint32_t		 rep_notices;
 	uint64_t		 rep_pred_ns, rep_target_ns;
@@ -777,6 +782,63 @@ update_gauges(struct engine *e)
 	    e->n_waiting);
 }
 
+/*
+ * Borrow the cores of every other group when the plan allows it and all of
+ * them are idle with nothing they could run, for this iteration only.
+ * Lock held.
+ */
+static void
+lend_begin(struct engine *e, struct egroup *g, const struct phased_plan *p,
+    enum pguard_outcome po)
+{
+	struct egroup	*h;
+	int		 i;
+
+	if (po != PGUARD_POLICY || (p->flags & PHASED_PLAN_BORROW) == 0 ||
+	    g->n_lend == 0 || e->ops->borrow == NULL || e->stopping)
+		return;
+	for (i = 0; i < e->n_groups; i++) {
+		h = &e->groups[i];
+		if (h != g && (!h->idle || h->lent_to >= 0 ||
+		    group_has_work(e, h)))
+			return;
+	}
+	for (i = 0; i < e->n_groups; i++)
+		if (&e->groups[i] != g)
+			e->groups[i].lent_to = g->index;
+	e->ops->borrow(g->bi, g->n_lend);
+	g->borrowed = g->n_lend;
+	inst_metrics_count(&e->metrics, CNT_LEND_ITERATIONS, 1);
+	inst_metrics_count(&e->metrics, CNT_CORES_LENT, (uint64_t)g->n_lend);
+}
+
+/* Give borrowed cores back and wake their groups.  Lock held. */
+static void
+lend_end(struct engine *e, struct egroup *g)
+{
+	int	i;
+
+	if (g->borrowed == 0)
+		return;
+	e->ops->borrow(g->bi, 0);
+	g->borrowed = 0;
+	for (i = 0; i < e->n_groups; i++)
+		if (e->groups[i].lent_to == g->index)
+			e->groups[i].lent_to = -1;
+	pthread_cond_broadcast(&e->cv);
+}
+
+/*
+ * Wait on the engine's condition as an idle group that may lend its cores;
+ * it stays idle until its loop finds work.
+ */
+static void
+idle_wait(struct engine *e, struct egroup *g, int ms)
+{
+	g->idle = 1;
+	wait_ms(e, ms);
+}
+
 /* One device group's loop. */
 static void *
 group_main(void *arg)
@@ -808,7 +870,13 @@ group_main(void *arg)
 			break;
 		update_gauges(e);
 		if (!group_has_work(e, g)) {
-			wait_ms(e, 1000);
+			idle_wait(e, g, 1000);
+			continue;
+		}
+		g->idle = 0;
+		/* Our cores are another group's until its iteration ends. */
+		if (g->lent_to >= 0) {
+			pthread_cond_wait(&e->cv, &e->mu);
 			continue;
 		}
 		refuse_oversized(e, g);
@@ -833,15 +901,17 @@ group_main(void *arg)
 		nb = build_batch(e, g, &p, start, &prefill, &decode);
 		if (nb == 0) {
 			if (moved == 0 && !relieve_pressure(e, g))
-				wait_ms(e, ENGINE_IDLE_WAIT_MS);
+				idle_wait(e, g, ENGINE_IDLE_WAIT_MS);
 			continue;
 		}
+		lend_begin(e, g, &p, po);
 		eunlock(e);
 
 		batch.entries = g->fentries;
 		batch.n_seqs = nb;
 		if (e->ops->forward(g->bi, g->pool, &batch, &cause) != 0) {
 			elock(e);
+			lend_end(e, g);
 			log_warnx("%s: forward pass failed: %s", e->name, cause);
 			for (i = 0; i < nb; i++) {
 				g->freqs[i]->busy = 0;
@@ -854,6 +924,7 @@ group_main(void *arg)
 
 		elock(e);
 		end = now_ns();
+		lend_end(e, g);
 		attribute_wait(e, g, nb, start, end, prefill, decode);
 		nout = 0;
 		ngaps = 0;
@@ -906,6 +977,37 @@ prefix_seed(const struct engine *e, int group)
 	return (h ^ ((uint64_t)group << 40) ^ (uintptr_t)e->model);
 }
 
+/*
+ * The CPUs of the other groups that group i may borrow into lend[]: all
+ * of theirs not its own, when every group is pinned to listed CPUs and the
+ * backend can lend.  Returns how many.
+ */
+static int
+lend_cpus(const struct engine *e, int i, int *lend, int max)
+{
+	const struct engine_group_spec *gs = &e->conf.groups[i], *hs;
+	int	 h, c, k, n = 0, mine;
+
+	if (e->ops->borrow == NULL || e->n_groups < 2)
+		return (0);
+	for (h = 0; h < e->n_groups; h++)
+		if (e->conf.groups[h].n_cpus == 0)
+			return (0);
+	for (h = 0; h < e->n_groups; h++) {
+		hs = &e->conf.groups[h];
+		for (c = 0; h != i && c < hs->n_cpus && n < max; c++) {
+			mine = 0;
+			for (k = 0; k < gs->n_cpus; k++)
+				mine |= gs->cpus[k] == hs->cpus[c];
+			for (k = 0; k < n; k++)
+				mine |= lend[k] == hs->cpus[c];
+			if (!mine)
+				lend[n++] = hs->cpus[c];
+		}
+	}
+	return (n);
+}
+
 /* Parse nothing: the config was checked by the caller; set up a group. */
 static int
 group_setup(struct engine *e, int i, char **cause)
@@ -914,16 +1016,22 @@ group_setup(struct engine *e, int i, char **cause)
 	struct engine_group_spec *gs = &e->conf.groups[i];
 	struct backend_config	 bc;
 	size_t			 cap;
+	int			 lend[ENGINE_MAX_GROUPS * 64];
 
 	g->e = e;
 	g->index = i;
 	g->role = gs->role;
-	snprintf(g->devices, sizeof g->devices, "%s", gs->devices);
+	/* Same size, NUL-terminated by the parser. */
+	memcpy(g->devices, gs->devices, sizeof g->devices);
 	memset(&bc, 0, sizeof bc);
 	bc.devices = gs->n_cpus > 0 ? gs->cpus : NULL;
 	bc.n_devices = gs->n_cpus;
 	bc.n_threads = gs->n_threads;
 	bc.graphs = e->conf.cuda_graphs;
+	g->lent_to = -1;
+	g->n_lend = lend_cpus(e, i, lend, (int)(sizeof lend / sizeof lend[0]));
+	bc.lend_devices = lend;
+	bc.n_lend = g->n_lend;
 	if ((g->bi = e->ops->create(e->model, &bc, cause)) == NULL)
 		return (-1);
 	if ((g->pool = e->ops->kv_pool_create(g->bi, e->conf.kv_blocks,

@@ -344,6 +344,7 @@ plan_clear(struct phased_plan *p)
 	p->n_migrations = 0;
 	p->chunk_tokens = 0;
 	p->notices = 0;
+	p->flags = 0;
 	p->predicted_ns = 0;
 	p->target_ns = 0;
 }

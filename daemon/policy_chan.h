@@ -76,6 +76,7 @@ struct pchan_hdr {
 	uint32_t		notices;
 	uint64_t		predicted_ns;
 	uint64_t		target_ns;
+	uint32_t		flags;		/* ABI minor 5 */
 	char			err[PCHAN_ERRLEN];
 	char			text[PCHAN_TEXTLEN]; /* params in; describe out */
 };

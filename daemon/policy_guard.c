@@ -511,7 +511,7 @@ host_schedule(struct guarded *p, const struct phased_view *v,
 	    h->view.n_reqs * sizeof *v->reqs);
 	h->swap_in = 1;
 	h->n_entries = h->n_preempt = h->n_migrations = 0;
-	h->chunk_tokens = h->notices = 0;
+	h->chunk_tokens = h->notices = h->flags = 0;
 	h->predicted_ns = h->target_ns = 0;
 	if (host_call(p, PCHAN_OP_SCHEDULE, deadline_ms) != 0)
 		return (-1);
@@ -550,6 +550,7 @@ host_schedule(struct guarded *p, const struct phased_view *v,
 	plan->notices = h->notices;
 	plan->predicted_ns = h->predicted_ns;
 	plan->target_ns = h->target_ns;
+	plan->flags = h->flags;
 	return (0);
 }
 

@@ -271,6 +271,7 @@ op_schedule(void)
 	hdr->notices = p.notices;
 	hdr->predicted_ns = p.predicted_ns;
 	hdr->target_ns = p.target_ns;
+	hdr->flags = p.flags;
 	if (rc != 0)
 		set_err("schedule returned an error");
 	return (rc != 0 ? -1 : 0);

@@ -20,7 +20,7 @@
 #define TRACE_MAX_SECONDS	3600
 
 /* Counters of a model: finished by reason, then the wait causes. */
-#define STATS_NCOUNTERS	(FINISH__COUNT + WAIT__COUNT + 2)
+#define STATS_NCOUNTERS	(FINISH__COUNT + WAIT__COUNT + 4)
 
 /* The share histograms of one model, kept until the reply is sent. */
 struct wait_shares {
@@ -124,6 +124,12 @@ fill_model_stats(struct instance *in, const struct inst_snapshot *sn,
 	    (unsigned long long)sn->counters[CNT_KV_TRANSFER_BYTES]);
 	xasprintf(&counters[FINISH__COUNT + WAIT__COUNT + 1],
 	    "kv_transfer_ms=%.3f", sn->counters[CNT_KV_TRANSFER_NS] / 1e6);
+	/* Cores idle groups lent to busy ones (engine.c), since start. */
+	xasprintf(&counters[FINISH__COUNT + WAIT__COUNT + 2],
+	    "lend_iterations=%llu",
+	    (unsigned long long)sn->counters[CNT_LEND_ITERATIONS]);
+	xasprintf(&counters[FINISH__COUNT + WAIT__COUNT + 3], "cores_lent=%llu",
+	    (unsigned long long)sn->counters[CNT_CORES_LENT]);
 	ms->n_counters = STATS_NCOUNTERS;
 	ms->counters = counters;
 	ms->has_prefix_cache_queries = ms->has_prefix_cache_hit_tokens =

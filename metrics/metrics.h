@@ -271,6 +271,8 @@ enum metric_counter {
 	CNT_KV_TRANSFERS,	/* KV moves between device groups */
 	CNT_KV_TRANSFER_BYTES,	/* bytes of KV blocks they moved */
 	CNT_KV_TRANSFER_NS,	/* time spent moving them */
+	CNT_LEND_ITERATIONS,	/* iterations run with another group's cores */
+	CNT_CORES_LENT,		/* borrowed threads, summed over them */
 	CNT__COUNT
 };
 

@@ -390,6 +390,12 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 	prom_field(sb, "phased_kv_transfer_seconds_total", "counter",
 	    "Time spent moving KV between device groups.", snaps, n,
 	    S(counters[CNT_KV_TRANSFER_NS]) / 1e9);
+	prom_field(sb, "phased_lend_iterations_total", "counter",
+	    "Iterations a device group ran with the cores of idle groups.",
+	    snaps, n, S(counters[CNT_LEND_ITERATIONS]));
+	prom_field(sb, "phased_cores_lent_total", "counter",
+	    "Cores lent by idle device groups, summed over those iterations.",
+	    snaps, n, S(counters[CNT_CORES_LENT]));
 
 	prom_field(sb, "phased_kv_blocks_used", "gauge",
 	    "KV cache blocks in use.", snaps, n, S(kv_used));

@@ -24,6 +24,16 @@
  *    group (a single MIXED group), it degrades to chunked prefill: decodes
  *    first, prompt chunks fill budget=N tokens (default 512), in the same
  *    order.
+ *
+ * Lending (lend=on, the default): a group's plan asks to borrow the cores of
+ * the other groups (PHASED_PLAN_BORROW), which the engine grants for one
+ * iteration at a time while they have nothing to run.  So with no chat
+ * decoding a prompt is prefilled on the whole machine, and with no prompt
+ * pending the decodes run on it; a group that gets work waits at most one
+ * iteration of the borrower (one prefill chunk, or one decode step).
+ * lend=prefill lets only the prefill group borrow, lend=decode only the
+ * decode group, lend=off neither.  reconfigure() takes new parameters in
+ * place (the policy keeps no learned state).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,58 +50,112 @@
  */
 #define DG_CHUNK_DEFAULT	64
 
+/* Which groups' plans may borrow idle groups' cores. */
+#define DG_LEND_PREFILL		0x1u
+#define DG_LEND_DECODE		0x2u
+
 struct dg_state {
 	uint32_t	chunk;		/* 0: whole prompts on the prefill group */
+	uint32_t	lend;		/* DG_LEND_* bits */
 	uint32_t	budget;		/* tokens per iteration when degraded */
 	enum pl_prefill_mode order;	/* PL_CHUNK_SHORT or PL_CHUNK */
 };
 
-/* Parse chunk, budget and order. */
+/* Parse lend=on|off|prefill|decode into DG_LEND_* bits; -1 and err. */
 static int
-dg_init(const struct phased_policy_params *params, void **state, char *err,
+dg_param_lend(const struct phased_param *kv, uint32_t *out, char *err,
     size_t errlen)
 {
-	struct dg_state	*s;
+	if (strcmp(kv->value, "on") == 0)
+		*out = DG_LEND_PREFILL | DG_LEND_DECODE;
+	else if (strcmp(kv->value, "off") == 0)
+		*out = 0;
+	else if (strcmp(kv->value, "prefill") == 0)
+		*out = DG_LEND_PREFILL;
+	else if (strcmp(kv->value, "decode") == 0)
+		*out = DG_LEND_DECODE;
+	else {
+		snprintf(err, errlen, "lend '%s' is not on, off, prefill or "
+		    "decode", kv->value);
+		return (-1);
+	}
+	return (0);
+}
+
+/* Parse chunk, budget, order and lend into s (defaults first); -1 and err. */
+static int
+dg_parse(const struct phased_policy_params *params, struct dg_state *s,
+    char *err, size_t errlen)
+{
 	uint64_t	 n;
 	size_t		 i;
 
-	if ((s = calloc(1, sizeof *s)) == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return (-1);
-	}
 	s->budget = 512;
 	s->chunk = DG_CHUNK_DEFAULT;
 	s->order = PL_CHUNK_SHORT;
+	s->lend = DG_LEND_PREFILL | DG_LEND_DECODE;
 	for (i = 0; i < params->n; i++) {
 		const struct phased_param *kv = &params->v[i];
 
 		if (strcmp(kv->key, "chunk") == 0) {
 			if (pl_param_uint(kv, 0, 65536, &n, err, errlen) != 0)
-				goto fail;
+				return (-1);
 			if (n != 0 && n < 16) {
 				snprintf(err, errlen, "chunk %llu is out of range "
 				    "0 (whole prompts) or 16..65536",
 				    (unsigned long long)n);
-				goto fail;
+				return (-1);
 			}
 			s->chunk = n;
 		} else if (strcmp(kv->key, "budget") == 0) {
 			if (pl_param_uint(kv, 16, 65536, &n, err, errlen) != 0)
-				goto fail;
+				return (-1);
 			s->budget = n;
 		} else if (strcmp(kv->key, "order") == 0) {
 			if (pl_param_order(kv, &s->order, err, errlen) != 0)
-				goto fail;
+				return (-1);
+		} else if (strcmp(kv->key, "lend") == 0) {
+			if (dg_param_lend(kv, &s->lend, err, errlen) != 0)
+				return (-1);
 		} else {
-			pl_param_unknown(kv, "chunk, budget, order", err, errlen);
-			goto fail;
+			pl_param_unknown(kv, "chunk, budget, order, lend", err,
+			    errlen);
+			return (-1);
 		}
+	}
+	return (0);
+}
+
+/* Parse the parameters into a new state. */
+static int
+dg_init(const struct phased_policy_params *params, void **state, char *err,
+    size_t errlen)
+{
+	struct dg_state	*s;
+
+	if ((s = calloc(1, sizeof *s)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return (-1);
+	}
+	if (dg_parse(params, s, err, errlen) != 0) {
+		free(s);
+		return (-1);
 	}
 	*state = s;
 	return (0);
-fail:
-	free(s);
-	return (-1);
+}
+
+/* Take new parameters in place; the state is unchanged on error. */
+static int
+dg_reconfigure(void *state, const struct phased_policy_params *params,
+    char *err, size_t errlen)
+{
+	struct dg_state	 n;
+
+	if (dg_parse(params, &n, err, errlen) != 0)
+		return (-1);
+	*(struct dg_state *)state = n;
+	return (0);
 }
 
 /* Migrate each request whose prefill completed here to a decode group. */
@@ -153,9 +217,13 @@ dg_schedule(void *state, const struct phased_view *v, struct phased_plan *p)
 	}
 	if (role == PHASED_ROLE_DECODE) {
 		pl_decodes(v, p, &b);
+		if (s->lend & DG_LEND_DECODE)
+			p->flags |= PHASED_PLAN_BORROW;
 		return (0);
 	}
 	dg_migrate(v, p);
+	if (s->lend & DG_LEND_PREFILL)
+		p->flags |= PHASED_PLAN_BORROW;
 	if (s->chunk != 0)
 		pl_prefill(v, p, &b, s->chunk, s->order);
 	else
@@ -177,8 +245,10 @@ const struct phased_policy phased_policy_entry = {
 	.name = "disaggregated",
 	.describe = "prefill and decode on separate device groups, KV migrated "
 	    "when the prompt is done",
-	.params_help = "chunk=N (0: whole prompts) budget=N order=shortest|arrival",
+	.params_help = "chunk=N (0: whole prompts) budget=N order=shortest|arrival "
+	    "lend=on|off|prefill|decode",
 	.init = dg_init,
 	.schedule = dg_schedule,
 	.fini = dg_fini,
+	.reconfigure = dg_reconfigure,
 };

@@ -27,6 +27,13 @@ struct backend_config {
 	int		 n_threads;	/* cpu: threads; 0 = model opts, then all */
 	int		 collectives;	/* gpu: NCCL even for one device */
 	int		 graphs;	/* gpu: CUDA graphs for decode */
+	/*
+	 * cpu: the CPUs of the model's other groups, whose cores this group
+	 * may borrow while they are idle (see borrow); extra threads pinned
+	 * to them are started parked.
+	 */
+	const int	*lend_devices;
+	int		 n_lend;
 };
 
 struct backend_ops {
@@ -62,6 +69,13 @@ struct backend_ops {
 	 */
 	int		(*weight_bytes)(struct backend_inst *,
 			    uint64_t *per_device, int max);
+	/*
+	 * Run the forward passes that follow on the group's own threads plus
+	 * the first n_extra of its lend_devices (0: its own only); returns
+	 * the threads now in use.  Results do not depend on the count.
+	 * Optional: without it no cores are lent.
+	 */
+	int		(*borrow)(struct backend_inst *, int n_extra);
 };
 
 extern const struct backend_ops backend_cpu_ops;

@@ -17,6 +17,7 @@
 struct backend_inst {
 	const struct model	*model;
 	struct threadpool	*tp;
+	int			 n_own;		/* threads of the group itself */
 };
 
 /* Create a CPU instance: a thread pool, optionally pinned to CPUs. */
@@ -26,8 +27,9 @@ cpu_create(const struct model *m, const struct backend_config *cfg,
 {
 	struct backend_inst	*bi;
 	const int		*cpus = NULL;
+	int			*all = NULL;
 	long			 online;
-	int			 n;
+	int			 n, n_lend = 0;
 
 	n = cfg != NULL ? cfg->n_threads : 0;
 	if (n == 0)
@@ -51,15 +53,28 @@ cpu_create(const struct model *m, const struct backend_config *cfg,
 			return (NULL);
 		}
 		cpus = cfg->devices;
+		/* Borrowable threads follow the group's own, pinned, parked. */
+		if (cfg->n_lend > 0 && cfg->lend_devices != NULL &&
+		    n + cfg->n_lend <= CPU_MAX_THREADS) {
+			n_lend = cfg->n_lend;
+			all = xcalloc((size_t)(n + n_lend), sizeof *all);
+			memcpy(all, cpus, (size_t)n * sizeof *all);
+			memcpy(all + n, cfg->lend_devices,
+			    (size_t)n_lend * sizeof *all);
+			cpus = all;
+		}
 	}
 
 	bi = xcalloc(1, sizeof *bi);
 	bi->model = m;
-	bi->tp = threadpool_create(n, cpus, cause);
+	bi->n_own = n;
+	bi->tp = threadpool_create(n + n_lend, cpus, cause);
+	free(all);
 	if (bi->tp == NULL) {
 		free(bi);
 		return (NULL);
 	}
+	threadpool_set_active(bi->tp, n);
 	return (bi);
 }
 
@@ -104,6 +119,13 @@ cpu_kv_copy(struct backend_inst *dst, struct kv_pool *dp, struct kv_seq *ds,
 	return (kv_seq_copy(dp, ds, sp, ss, cause));
 }
 
+/* Use the group's own threads plus n_extra borrowed ones. */
+static int
+cpu_borrow(struct backend_inst *bi, int n_extra)
+{
+	return (threadpool_set_active(bi->tp, bi->n_own + n_extra));
+}
+
 const struct backend_ops backend_cpu_ops = {
 	.name = "cpu",
 	.create = cpu_create,
@@ -112,4 +134,5 @@ const struct backend_ops backend_cpu_ops = {
 	.kv_pool_free = cpu_kv_pool_free,
 	.forward = cpu_forward,
 	.kv_copy = cpu_kv_copy,
+	.borrow = cpu_borrow,
 };

@@ -35,6 +35,9 @@ struct worker {
 struct threadpool {
 	int			 n;
 	struct worker		*workers;	/* n - 1 of them */
+	int			 cpu0;		/* the caller's CPU, -1: unpinned */
+	pthread_t		 caller;	/* the thread pinned to cpu0 */
+	int			 have_caller;
 
 	/* Written by the caller before each generation bump. */
 	void			(*fn)(void *, int, int);
@@ -45,6 +48,9 @@ struct threadpool {
 	_Atomic uint64_t	 entry;		/* gen << 32 | flags | joined */
 	_Atomic uint32_t	 sleepers;	/* workers asleep on gen */
 	_Atomic int		 quit;
+	_Atomic int		 active;	/* threads that take part in runs */
+	_Atomic uint32_t	 park;		/* bumped when active changes */
+	_Atomic uint32_t	 active_gen;	/* gen when active last changed */
 	_Alignas(64) _Atomic uint32_t left;	/* workers still running */
 	_Atomic uint32_t	 waiting;	/* caller asleep on left or done */
 	_Atomic uint32_t	 done;		/* joined workers finished (any mode) */
@@ -96,8 +102,25 @@ worker_main(void *p)
 	int			 i;
 
 	for (;;) {
-		uint32_t g;
+		uint32_t g, pk;
 
+		/*
+		 * Beyond the active count: sleep on park, not gen, so that runs
+		 * of the active threads do not wake us to spin on a CPU that
+		 * another pool may be using.
+		 */
+		if (w->ith >= atomic_load(&tp->active)) {
+			for (;;) {
+				pk = atomic_load(&tp->park);
+				if (atomic_load(&tp->quit))
+					return (NULL);
+				if (w->ith < atomic_load(&tp->active))
+					break;
+				futex_wait(&tp->park, pk);
+			}
+			/* Runs before our activation are not ours. */
+			seen = atomic_load(&tp->active_gen);
+		}
 		for (i = 0; i < SPIN_POLLS; i++) {
 			g = atomic_load_explicit(&tp->gen, memory_order_acquire);
 			if (g != seen)
@@ -114,11 +137,13 @@ worker_main(void *p)
 		seen = g;
 		if (atomic_load_explicit(&tp->quit, memory_order_acquire))
 			break;
+		if (w->ith >= atomic_load(&tp->active))
+			continue;	/* parked before this run was set up */
 		uint64_t e = atomic_load(&tp->entry);
 		if ((uint32_t)(e >> 32) != g)
 			continue;	/* a run we missed entirely */
 		if (e & ENTRY_ALL) {
-			tp->fn(tp->arg, w->ith, tp->n);
+			tp->fn(tp->arg, w->ith, atomic_load(&tp->active));
 			/* Sequentially consistent: pairs with the waiting flag. */
 			if (atomic_fetch_sub(&tp->left, 1) == 1 &&
 			    atomic_load(&tp->waiting))
@@ -132,7 +157,7 @@ worker_main(void *p)
 		} while (!atomic_compare_exchange_weak(&tp->entry, &e, e + 1));
 		if ((uint32_t)(e >> 32) != g || (e & ENTRY_CLOSED))
 			continue;
-		tp->fn(tp->arg, w->ith, tp->n);
+		tp->fn(tp->arg, w->ith, atomic_load(&tp->active));
 		atomic_fetch_add(&tp->done, 1);
 		if (atomic_load(&tp->waiting))
 			futex_wake(&tp->done);
@@ -177,10 +202,16 @@ threadpool_create(int n_threads, const int *cpus, char **cause)
 		set_cause(cause, "thread count %d: out of range (1 to 1024)", n_threads);
 		return (NULL);
 	}
-	if (cpus != NULL && pin_thread(pthread_self(), cpus[0], cause) != 0)
+	/* Checked now, applied by the first run to the thread that runs it. */
+	if (cpus != NULL && (cpus[0] < 0 || cpus[0] >= CPU_SETSIZE)) {
+		set_cause(cause, "cpu %d: out of range (0 to %d)", cpus[0],
+		    CPU_SETSIZE - 1);
 		return (NULL);
+	}
 	tp = xcalloc(1, sizeof *tp);
 	tp->n = n_threads;
+	tp->cpu0 = cpus != NULL ? cpus[0] : -1;
+	atomic_init(&tp->active, n_threads);
 	tp->workers = xcalloc(n_threads, sizeof *tp->workers);
 	for (i = 1; i < n_threads; i++) {
 		struct worker *w = &tp->workers[i - 1];
@@ -214,6 +245,8 @@ threadpool_destroy(struct threadpool *tp)
 	atomic_store_explicit(&tp->quit, 1, memory_order_release);
 	atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
 	futex_wake(&tp->gen);
+	atomic_fetch_add(&tp->park, 1);
+	futex_wake(&tp->park);
 	for (i = 1; i < tp->n; i++)
 		pthread_join(tp->workers[i - 1].thread, NULL);
 	free(tp->workers);
@@ -221,32 +254,76 @@ threadpool_destroy(struct threadpool *tp)
 	free(tp);
 }
 
-/* Number of threads, the caller included. */
+/* Number of threads that take part in runs, the caller included. */
 int
 threadpool_size(const struct threadpool *tp)
 {
+	return (tp == NULL ? 1 : atomic_load(&tp->active));
+}
+
+/* Number of threads the pool holds, active or parked. */
+int
+threadpool_capacity(const struct threadpool *tp)
+{
 	return (tp == NULL ? 1 : tp->n);
+}
+
+/* Let the first n threads take part in the runs that follow. */
+int
+threadpool_set_active(struct threadpool *tp, int n)
+{
+	if (tp == NULL)
+		return (1);
+	if (n < 1)
+		n = 1;
+	if (n > tp->n)
+		n = tp->n;
+	if (n == atomic_load(&tp->active))
+		return (n);
+	atomic_store(&tp->active_gen, atomic_load(&tp->gen));
+	atomic_store(&tp->active, n);
+	atomic_fetch_add(&tp->park, 1);
+	futex_wake(&tp->park);
+	return (n);
+}
+
+/* Pin the thread that runs the pool's jobs to its CPU, once per thread. */
+static void
+pin_caller(struct threadpool *tp)
+{
+	char	*cause = NULL;
+
+	if (tp->have_caller && pthread_equal(tp->caller, pthread_self()))
+		return;
+	tp->caller = pthread_self();
+	tp->have_caller = 1;
+	if (pin_thread(tp->caller, tp->cpu0, &cause) != 0) {
+		log_warnx("thread pool: %s", cause);
+		free(cause);
+	}
 }
 
 /* Run fn on every thread; the caller runs part 0. */
 void
 threadpool_run(struct threadpool *tp, void (*fn)(void *, int, int), void *arg)
 {
-	int	i;
+	int	i, na;
 
-	if (tp == NULL || tp->n == 1) {
+	if (tp != NULL && tp->cpu0 >= 0)
+		pin_caller(tp);
+	if (tp == NULL || (na = atomic_load(&tp->active)) == 1) {
 		fn(arg, 0, 1);
 		return;
 	}
 	tp->fn = fn;
 	tp->arg = arg;
-	atomic_store_explicit(&tp->left, tp->n - 1, memory_order_relaxed);
+	atomic_store_explicit(&tp->left, na - 1, memory_order_relaxed);
 	atomic_store(&tp->entry, (uint64_t)(atomic_load(&tp->gen) + 1) << 32 | ENTRY_ALL);
 	/* Sequentially consistent: pairs with the workers' sleepers count. */
 	atomic_fetch_add(&tp->gen, 1);
 	if (atomic_load(&tp->sleepers) != 0)
 		futex_wake(&tp->gen);
-	fn(arg, 0, tp->n);
+	fn(arg, 0, na);
 	for (i = 0; i < SPIN_POLLS; i++) {
 		if (atomic_load_explicit(&tp->left, memory_order_acquire) == 0)
 			return;
@@ -273,9 +350,11 @@ threadpool_run_any(struct threadpool *tp, void (*fn)(void *, int, int), void *ar
 {
 	uint64_t	e;
 	uint32_t	joined, d;
-	int		i;
+	int		i, na;
 
-	if (tp == NULL || tp->n == 1) {
+	if (tp != NULL && tp->cpu0 >= 0)
+		pin_caller(tp);
+	if (tp == NULL || (na = atomic_load(&tp->active)) == 1) {
 		fn(arg, 0, 1);
 		return;
 	}
@@ -286,7 +365,7 @@ threadpool_run_any(struct threadpool *tp, void (*fn)(void *, int, int), void *ar
 	atomic_fetch_add(&tp->gen, 1);
 	if (atomic_load(&tp->sleepers) != 0)
 		futex_wake(&tp->gen);
-	fn(arg, 0, tp->n);
+	fn(arg, 0, na);
 	e = atomic_fetch_or(&tp->entry, ENTRY_CLOSED);
 	joined = (uint32_t)(e & ENTRY_COUNT);
 	for (i = 0; i < SPIN_POLLS; i++) {

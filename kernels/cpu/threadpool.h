@@ -8,12 +8,23 @@ struct threadpool;
 
 /*
  * Start n_threads - 1 workers; the calling thread is thread 0 of every run.
- * With cpus (n_threads CPU ids) thread i is pinned to cpus[i], the calling
- * thread included.  NULL and *cause on failure.
+ * With cpus (n_threads CPU ids) worker i is pinned to cpus[i] and the
+ * thread that calls a run to cpus[0] (at its first run, so a pool made on
+ * one thread and run on another pins the one that runs it).  NULL and
+ * *cause on failure.
  */
 struct threadpool	*threadpool_create(int n_threads, const int *cpus, char **cause);
 void			 threadpool_destroy(struct threadpool *);
+/* Threads that take part in each run now, the caller included. */
 int			 threadpool_size(const struct threadpool *);
+/* Threads the pool holds, parked ones included. */
+int			 threadpool_capacity(const struct threadpool *);
+/*
+ * Let only threads 0..n-1 take part in the runs that follow (clamped to
+ * 1..capacity); the others sleep without polling until they are active
+ * again.  Between runs, on the thread that runs them.  Returns the count.
+ */
+int			 threadpool_set_active(struct threadpool *, int n);
 
 /*
  * Run fn(arg, ith, nth) on every thread and return when all are done.

@@ -59,9 +59,10 @@ extern "C" {
  * older daemons, NULL for older plugins): 1 = phased_request.cached_tokens;
  * 2 = phased_view.abi_minor, the plan's report (chunk_tokens, predicted_ns,
  * target_ns) and the optional reconfigure op; 3 = phased_request.priority,
- * uid and weight; 4 = phased_plan.notices.
+ * uid and weight; 4 = phased_plan.notices; 5 = phased_plan.flags
+ * (PHASED_PLAN_BORROW).
  */
-#define PHASED_POLICY_ABI_MINOR		4u
+#define PHASED_POLICY_ABI_MINOR		5u
 /* The one symbol a plugin exports. */
 #define PHASED_POLICY_SYMBOL		"phased_policy_entry"
 
@@ -184,6 +185,15 @@ struct phased_view {
 						   admitting them would break
 						   the TBT target */
 
+/*
+ * phased_plan.flags (ABI minor 5).  BORROW: this iteration may also run on
+ * the cores of the model's other device groups while all of them are idle
+ * (no request they could run); they get them back when it ends, so a group
+ * that wakes with work waits at most one iteration of the borrower.  Only
+ * groups of CPU cores lend; results are the same either way.
+ */
+#define PHASED_PLAN_BORROW		0x1u
+
 /* Run n_tokens of request id on group this iteration. */
 struct phased_plan_entry {
 	uint64_t	id;
@@ -224,7 +234,8 @@ struct phased_plan {
 	uint32_t	 notices;	/* minor 4: PHASED_NOTICE_* bits */
 	uint64_t	 predicted_ns;	/* its forecast of this iteration's time */
 	uint64_t	 target_ns;	/* the iteration time it aims to stay under */
-	uint64_t	 reserved[1];
+	uint32_t	 flags;		/* minor 5: PHASED_PLAN_* bits */
+	uint32_t	 reserved32;
 };
 
 /* One key=value parameter; both strings are NUL-terminated. */

@@ -19,7 +19,9 @@
 #   -m  the model (default: a TinyLlama-1.1B-shape Q4_0 model synthesized
 #       into /tmp if absent)
 #   -p  only these policies (labels below, comma-separated; chunked-prefill
-#       and decode-reserved-auto are the policies without parameters)
+#       and decode-reserved-auto are the policies without parameters;
+#       disaggregated lends idle cores, disaggregated-lend-* choose the
+#       direction, disaggregated-one-cpu puts both groups on cpu1)
 #   -t  threads of the colocated policies (default 2; disaggregated always
 #       runs one group per CPU)
 set -eu
@@ -41,7 +43,7 @@ while getopts b:o:r:e:m:p:t: opt; do
 	m) model=$OPTARG ;;
 	p) only=$OPTARG ;;
 	t) threads=$OPTARG ;;
-	*) sed -n '10,24p' "$0" >&2; exit 2 ;;
+	*) sed -n '10,27p' "$0" >&2; exit 2 ;;
 	esac
 done
 for p in phased phasectl phased-synth; do
@@ -93,7 +95,11 @@ disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1
 chunked-prefill|policy=chunked-prefill
 decode-reserved-auto|policy=decode-reserved
 chunked-prefill-slo|policy=chunked-prefill policy.tbt_p99_ms=150 policy.ttft_ms=10000
-slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000"
+slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000
+disaggregated-lend-off|policy=disaggregated policy.lend=off groups=prefill:cpu0/decode:cpu1
+disaggregated-lend-prefill|policy=disaggregated policy.lend=prefill groups=prefill:cpu0/decode:cpu1
+disaggregated-lend-decode|policy=disaggregated policy.lend=decode groups=prefill:cpu0/decode:cpu1
+disaggregated-one-cpu|policy=disaggregated policy.lend=off groups=prefill:cpu1/decode:cpu1"
 
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 commit=$(git -C "$here" log -1 --format='%h %cd' --date=iso 2>/dev/null || true)

@@ -537,6 +537,116 @@ test_auto(void)
 	free(t);
 }
 
+/* The borrow flag of a disaggregated plan for group g of view t. */
+static int
+dg_borrows(struct policy *pol, struct tv *t, uint32_t g)
+{
+	t->v.group = g;
+	plan(pol, t);
+	return ((t->p.flags & PHASED_PLAN_BORROW) != 0);
+}
+
+/*
+ * disaggregated lend=: which groups' plans may borrow idle cores; the flag
+ * never changes what is planned; reconfigure switches it in place.
+ */
+static void
+test_disaggregated_lend(void)
+{
+	struct tv	*t = calloc(1, sizeof *t), *u;
+	struct policy	*on = load("disaggregated", "");
+	struct policy	*off = load("disaggregated", "lend=off");
+	struct policy	*pre = load("disaggregated", "lend=prefill");
+	struct policy	*dec = load("disaggregated", "lend=decode");
+	struct phased_param		 kv[1];
+	struct phased_policy_params	 pp = { 1, kv };
+	char		 err[256];
+	int		 iter, differ = 0, flag = 0;
+
+	tv_init(t, 2048, 32, 1000);
+	t->v.n_groups = 2;
+	t->groups[0].role = PHASED_ROLE_PREFILL;
+	t->groups[1].role = PHASED_ROLE_DECODE;
+	t->groups[1].free_blocks = 1000;
+	tv_add(t, 1, 1, 20, 20, 7);
+	tv_add(t, 2, 0, 300, 0, 0);
+	ok(dg_borrows(on, t, 0) && dg_borrows(on, t, 1),
+	    "lend=on (default): both groups may borrow");
+	ok(!dg_borrows(off, t, 0) && !dg_borrows(off, t, 1),
+	    "lend=off: neither borrows");
+	ok(dg_borrows(pre, t, 0) && !dg_borrows(pre, t, 1),
+	    "lend=prefill: only the prefill group borrows");
+	ok(!dg_borrows(dec, t, 0) && dg_borrows(dec, t, 1),
+	    "lend=decode: only the decode group borrows");
+	t->v.n_groups = 1;
+	t->groups[0].role = PHASED_ROLE_MIXED;
+	ok(!dg_borrows(on, t, 0), "one mixed group: nothing to borrow");
+
+	/* Random two-group views: lending changes no entry or migration. */
+	u = calloc(1, sizeof *u);
+	rng_state = 4321;
+	for (iter = 0; iter < 2000; iter++) {
+		random_view(t);
+		t->v.n_groups = 2;
+		t->groups[0].role = PHASED_ROLE_PREFILL;
+		t->groups[1].role = PHASED_ROLE_DECODE;
+		t->groups[1].free_blocks = rnd(0, 1) ? 1000000 : rnd(0, 50);
+		for (uint32_t i = 0; i < t->v.n_reqs; i++)
+			if (t->reqs[i].state == PHASED_REQ_DECODING &&
+			    rnd(0, 1))
+				t->reqs[i].group = 1;
+		t->v.group = rnd(0, 1);
+		*u = *t;
+		u->v.reqs = u->reqs;
+		u->v.groups = u->groups;
+		u->v.hist = u->hist;
+		plan(on, t);
+		plan(off, u);
+		if ((t->p.flags & PHASED_PLAN_BORROW) == 0 || u->p.flags != 0)
+			flag++;
+		if (t->p.n_entries != u->p.n_entries ||
+		    t->p.n_migrations != u->p.n_migrations ||
+		    t->p.n_preempt != u->p.n_preempt ||
+		    memcmp(t->e, u->e, t->p.n_entries * sizeof *t->e) != 0 ||
+		    memcmp(t->mig, u->mig, t->p.n_migrations *
+		    sizeof *t->mig) != 0)
+			differ++;
+	}
+	is_int(flag, 0, "2000 random views: lend=on always asks, off never");
+	is_int(differ, 0, "2000 random views: the same plan with and without "
+	    "lending");
+
+	/* Reconfigure: applied in place, a bad value keeps the old state. */
+	tv_init(t, 2048, 32, 1000);
+	t->v.n_groups = 2;
+	t->groups[0].role = PHASED_ROLE_PREFILL;
+	t->groups[1].role = PHASED_ROLE_DECODE;
+	tv_add(t, 1, 0, 300, 0, 0);
+	kv[0].key = "lend";
+	kv[0].value = "sometimes";
+	ok(on->ops->reconfigure != NULL &&
+	    on->ops->reconfigure(on->state, &pp, err, sizeof err) == -1,
+	    "reconfigure lend=sometimes refused");
+	like(err, "lend 'sometimes' is not on, off, prefill or decode",
+	    "names the value and the choices");
+	ok(dg_borrows(on, t, 0), "refused: still lending");
+	kv[0].value = "off";
+	ok(on->ops->reconfigure(on->state, &pp, err, sizeof err) == 0 &&
+	    !dg_borrows(on, t, 0), "reconfigure lend=off: no longer borrows");
+	kv[0].key = "chunk";
+	kv[0].value = "8";
+	ok(on->ops->reconfigure(on->state, &pp, err, sizeof err) == -1,
+	    "reconfigure chunk=8 refused");
+	ok(!dg_borrows(on, t, 0) && t->p.n_entries == 1 &&
+	    t->e[0].n_tokens == 64, "refused: lend=off and chunk 64 kept");
+	free(u);
+	policy_close(on);
+	policy_close(off);
+	policy_close(pre);
+	policy_close(dec);
+	free(t);
+}
+
 /* disaggregated: prefill group, decode group, and the degraded mode. */
 static void
 test_disaggregated(void)
@@ -834,6 +944,7 @@ main(void)
 	test_chunked();
 	test_auto();
 	test_disaggregated();
+	test_disaggregated_lend();
 	test_random_properties();
 	test_validator();
 	done_testing();

@@ -1,6 +1,7 @@
-/* test-threadpool: every thread runs each job once; sizes; pinning. */
+/* test-threadpool: every thread runs each job once; sizes; pinning; active counts. */
 #include "config.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,6 +57,91 @@ take_items(void *arg, int ith, int nth)
 
 	while ((i = atomic_fetch_add(&j->next, 1)) < 256)
 		atomic_fetch_add(&j->hits[i], 1);
+}
+
+/* CPUs in a thread's affinity mask. */
+static int
+affinity_count(void)
+{
+	cpu_set_t	set;
+
+	sched_getaffinity(0, sizeof set, &set);
+	return (CPU_COUNT(&set));
+}
+
+struct pinned_run {
+	struct threadpool	*tp;
+	struct job		 j;
+	int			 cpus_allowed;	/* after the run */
+};
+
+/* Run a pool from a thread that did not create it. */
+static void *
+run_elsewhere(void *arg)
+{
+	struct pinned_run	*pr = arg;
+
+	threadpool_run(pr->tp, record, &pr->j);
+	pr->cpus_allowed = affinity_count();
+	return (NULL);
+}
+
+/*
+ * Only the first n threads run while n are active; the others come back
+ * when they are active again, for whole runs and any-mode runs alike.
+ */
+static void
+test_active(void)
+{
+	static struct counter_job cj;
+	struct threadpool	*tp;
+	struct job		 j;
+	char			*cause = NULL;
+	int			 round, n, i, bad = 0, bad_any = 0;
+
+	tp = threadpool_create(4, NULL, &cause);
+	if (!ok(tp != NULL, "pool of 4 for active counts")) {
+		diag("%s", cause);
+		free(cause);
+		return;
+	}
+	is_int(threadpool_set_active(tp, 2), 2, "2 of 4 active");
+	is_int(threadpool_size(tp), 2, "size is the active count");
+	is_int(threadpool_capacity(tp), 4, "capacity stays 4");
+	memset(&j, 0, sizeof j);
+	threadpool_run(tp, record, &j);
+	ok(j.calls == 2 && j.mask == 3 && j.nth_seen[0] == 2 &&
+	    j.nth_seen[1] == 2, "a run on 2 active: threads 0 and 1, nth 2");
+	is_int(threadpool_set_active(tp, 0), 1, "0 active clamps to 1");
+	is_int(threadpool_set_active(tp, 9), 4, "9 active clamps to 4");
+	srand(7);
+	for (round = 0; round < 1000; round++) {
+		n = threadpool_set_active(tp, 1 + rand() % 4);
+		memset(&j, 0, sizeof j);
+		threadpool_run(tp, record, &j);
+		if (j.calls != n || j.mask != (1 << n) - 1)
+			bad++;
+		for (i = 0; i < n; i++)
+			if (j.nth_seen[i] != n)
+				bad++;
+		memset(&cj, 0, sizeof cj);
+		threadpool_run_any(tp, take_items, &cj);
+		for (i = 0; i < 256; i++)
+			if (cj.hits[i] != 1)
+				bad_any++;
+		if (round % 300 == 299)
+			usleep(20000);
+	}
+	is_int(bad, 0, "1000 runs at random active counts: the first n, once");
+	is_int(bad_any, 0, "any-mode runs at random active counts: every item "
+	    "once");
+	threadpool_destroy(tp);
+	/* A pool whose extra threads are parked is destroyed cleanly. */
+	tp = threadpool_create(3, NULL, &cause);
+	threadpool_set_active(tp, 1);
+	threadpool_run(tp, record, &j);
+	threadpool_destroy(tp);
+	ok(1, "destroyed with parked threads");
 }
 
 int
@@ -138,6 +224,33 @@ main(void)
 			cause = NULL;
 		}
 		sched_setaffinity(0, sizeof old, &old);
+
+		/*
+		 * Made here, run on another thread: that thread is pinned,
+		 * this one is not (the daemon creates groups' pools on its
+		 * main thread and runs them on each group's own).
+		 */
+		struct pinned_run pr;
+		pthread_t t;
+		int before = affinity_count();
+
+		memset(&pr, 0, sizeof pr);
+		pr.tp = threadpool_create(2, cpus, &cause);
+		if (ok(pr.tp != NULL, "pool made for another thread")) {
+			is_int(affinity_count(), before, "the creating thread "
+			    "is not pinned");
+			pthread_create(&t, NULL, run_elsewhere, &pr);
+			pthread_join(t, NULL);
+			is_int(pr.j.cpu_seen[0], cpus[0], "the running thread "
+			    "runs on cpu %d", cpus[0]);
+			is_int(pr.cpus_allowed, 1, "and is pinned to it");
+			is_int(affinity_count(), before, "the creating thread "
+			    "still is not");
+			threadpool_destroy(pr.tp);
+		} else {
+			free(cause);
+			cause = NULL;
+		}
 		int bad_cpu[2] = { 0, 100000 };
 		tp = threadpool_create(2, bad_cpu, &cause);
 		ok(tp == NULL, "cpu 100000 rejected");
@@ -145,5 +258,6 @@ main(void)
 		free(cause);
 		sched_setaffinity(0, sizeof old, &old);
 	}
+	test_active();
 	done_testing();
 }
