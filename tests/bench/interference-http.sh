@@ -71,6 +71,7 @@ chunked-prefill|
 decode-reserved|policy=decode-reserved
 slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000
 disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1
+disaggregated-lend-off|policy=disaggregated groups=prefill:cpu0/decode:cpu1 policy.lend=off
 llama-server|llama-server"
 
 # Where llama.cpp's AMX kernels fault, llama-server runs with AMX refused.
