@@ -147,7 +147,8 @@ AI void
 exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0, int mr,
     const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
 {
-	const uint8_t	*gp = pw + (size_t)(r0 / FG) * group_bytes(cols);
+	const size_t	 gb = group_bytes(cols);
+	const uint8_t	*gp = pw + (size_t)(r0 / FG) * gb;
 	const int64_t	 np = cols / 2;
 	const __mmask16	 m = mr >= FG ? 0xffff : (__mmask16)((1U << mr) - 1);
 	__m512		 acc0[XNR], acc1[XNR], we, wo;
@@ -162,8 +163,13 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0, int
 		acc1[j] = _mm512_setzero_ps();
 	}
 	for (p = 0; p < np; p++) {
-		/* The weights stream from L2; ask for them a few lines ahead. */
+		/*
+		 * The weights come from L2 a few lines ahead; the next group's
+		 * are fetched into L2 meanwhile, so the first tile of a group
+		 * does not wait on memory (the later ones find them there).
+		 */
 		_mm_prefetch((const char *)gp + 64 * p + 1024, _MM_HINT_T0);
+		_mm_prefetch((const char *)gp + gb + 64 * p, _MM_HINT_T1);
 		_mm_prefetch((const char *)(x[0] + XS * p) + XPF, _MM_HINT_T0);
 		_mm_prefetch((const char *)(x[nr - 1] + XS * p) + XPF, _MM_HINT_T0);
 		load_pair(type, gp, p, &we, &wo);
@@ -290,6 +296,7 @@ bf16dot_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 #pragma GCC unroll 2
 		for (i = 0; i < mg; i++) {
 			_mm_prefetch((const char *)gp + i * gb + 64 * p + 1024, _MM_HINT_T0);
+			_mm_prefetch((const char *)gp + (i + mg) * gb + 64 * p, _MM_HINT_T1);
 			wv[i] = (__m512bh)_mm512_load_si512((const void *)(gp + i * gb +
 			    64 * p));
 		}
