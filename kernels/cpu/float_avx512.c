@@ -60,37 +60,53 @@ pack_exact(uint32_t type, const uint8_t *w, size_t rb, int64_t rows, int64_t col
     uint8_t *dst)
 {
 	const int64_t	ng = (rows + FG - 1) / FG, np = (cols + 1) / 2;
-	size_t		gb = group_bytes(cols);
+	const size_t	gb = group_bytes(cols);
+	const __m512i	lanes = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12,
+			    11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(FG));
+	__m512i		split;
 	int64_t		g, p;
 	int		i;
 
 	if (dst == NULL)
 		return (packed_size(rows, cols));
+	/* Word j of a pair block takes word 2j (j < 16) or 2(j - 16) + 1. */
+	{
+		uint16_t	idx[32];
+
+		for (i = 0; i < 32; i++)
+			idx[i] = i < 16 ? 2 * i : 2 * (i - 16) + 1;
+		split = _mm512_loadu_si512((const void *)idx);
+	}
 	for (g = 0; g < ng; g++) {
-		uint16_t	*out = (uint16_t *)(dst + g * gb);
-		const uint16_t	*src[FG];
+		uint32_t	*out = (uint32_t *)(dst + g * gb);
 
-		for (i = 0; i < FG; i++)
-			src[i] = g * FG + i < rows ?
-			    (const uint16_t *)(w + (size_t)(g * FG + i) * rb) : NULL;
-		for (p = 0; p < np; p++, out += 2 * FG) {
-			for (i = 0; i < FG; i++) {
-				uint16_t e = 0, o = 0;
+		if ((g + 1) * FG > rows)
+			memset(out, 0, gb);
+		/*
+		 * Each 32-bit pair of columns of a row goes to its row's lane of
+		 * the pair's block (the BF16 layout); F16 then splits every
+		 * block into its even and odd halves.
+		 */
+		for (i = 0; i < FG && g * FG + i < rows; i++) {
+			const uint8_t	*src = w + (size_t)(g * FG + i) * rb;
 
-				if (src[i] != NULL) {
-					memcpy(&e, src[i] + 2 * p, 2);
-					if (2 * p + 1 < cols)
-						memcpy(&o, src[i] + 2 * p + 1, 2);
-				}
-				if (type == TT_F16) {
-					out[i] = e;
-					out[FG + i] = o;
-				} else {
-					out[2 * i] = e;
-					out[2 * i + 1] = o;
-				}
+			for (p = 0; p + 16 <= cols / 2; p += 16)
+				_mm512_i32scatter_epi32(out + p * FG + i, lanes,
+				    _mm512_loadu_si512((const void *)(src + 4 * p)), 4);
+			for (; p < np; p++) {
+				uint16_t	e, o = 0;
+
+				memcpy(&e, src + 4 * p, 2);
+				if (2 * p + 1 < cols)
+					memcpy(&o, src + 4 * p + 2, 2);
+				out[p * FG + i] = e | (uint32_t)o << 16;
 			}
 		}
+		if (type == TT_F16)
+			for (p = 0; p < np; p++)
+				_mm512_store_si512((void *)(out + p * FG),
+				    _mm512_permutexvar_epi16(split,
+				    _mm512_load_si512((const void *)(out + p * FG))));
 	}
 	return (packed_size(rows, cols));
 }
