@@ -143,19 +143,28 @@ load_pair(const uint32_t type, const uint8_t *gp, int64_t p, __m512 *e, __m512 *
 	}
 }
 
-#define XS	(2 * ACT_F32X_TOK)	/* floats per column pair in ACT_F32X */
 #ifndef XPF
 #define XPF	1536	/* bytes ahead to prefetch the activations */
 #endif
+
+/*
+ * Tokens per interleaved group: ACT_F32X_TOK, or all of a smaller batch, so
+ * that a decode step's activations stay one dense row.
+ */
+AI int
+f32x_group(const struct qact *a)
+{
+	return (a->n_tok < ACT_F32X_TOK ? a->n_tok : ACT_F32X_TOK);
+}
 
 /* Where token t's first column pair is in the ACT_F32X activations. */
 AI const float *
 f32x_token(const struct qact *a, int t)
 {
-	const int64_t c2 = (a->cols + 1) & ~(int64_t)1;
+	const int64_t	c2 = (a->cols + 1) & ~(int64_t)1;
+	const int	g = f32x_group(a);
 
-	return (a->xf + (size_t)(t / ACT_F32X_TOK) * ACT_F32X_TOK * c2 +
-	    (t % ACT_F32X_TOK) * 2);
+	return (a->xf + (size_t)(t / g) * g * c2 + (t % g) * 2);
 }
 
 /* One exact-mode tile: 16 rows (mr of them kept) by nr tokens. */
@@ -167,6 +176,7 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0, int
 	const uint8_t	*gp = pw + (size_t)(r0 / FG) * gb;
 	const int64_t	 np = cols / 2;
 	const __mmask16	 m = mr >= FG ? 0xffff : (__mmask16)((1U << mr) - 1);
+	const int64_t	 xs = 2 * f32x_group(a);	/* floats per column pair */
 	__m512		 acc0[XNR], acc1[XNR], we, wo;
 	const float	*x[XNR];
 	int64_t		 p;
@@ -186,14 +196,14 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0, int
 		 */
 		_mm_prefetch((const char *)gp + 64 * p + 1024, _MM_HINT_T0);
 		_mm_prefetch((const char *)gp + gb + 64 * p, _MM_HINT_T1);
-		_mm_prefetch((const char *)(x[0] + XS * p) + XPF, _MM_HINT_T0);
-		_mm_prefetch((const char *)(x[nr - 1] + XS * p) + XPF, _MM_HINT_T0);
+		_mm_prefetch((const char *)(x[0] + xs * p) + XPF, _MM_HINT_T0);
+		_mm_prefetch((const char *)(x[nr - 1] + xs * p) + XPF, _MM_HINT_T0);
 		load_pair(type, gp, p, &we, &wo);
 #pragma GCC unroll 12
 		for (j = 0; j < nr; j++) {
-			acc0[j] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[j][XS * p]),
+			acc0[j] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[j][xs * p]),
 			    acc0[j]);
-			acc1[j] = _mm512_fmadd_ps(wo, _mm512_set1_ps(x[j][XS * p + 1]),
+			acc1[j] = _mm512_fmadd_ps(wo, _mm512_set1_ps(x[j][xs * p + 1]),
 			    acc1[j]);
 		}
 	}
@@ -201,7 +211,7 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0, int
 		load_pair(type, gp, np, &we, &wo);
 #pragma GCC unroll 12
 		for (j = 0; j < nr; j++)
-			acc0[j] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[j][XS * np]),
+			acc0[j] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[j][xs * np]),
 			    acc0[j]);
 	}
 #pragma GCC unroll 12
@@ -393,7 +403,7 @@ act_fill_bf16(struct qact *a, uint32_t type, int t0, int t1)
 static void
 act_fill_f32x(struct qact *a, uint32_t type, int t0, int t1)
 {
-	const int64_t	cols = a->cols, np = cols / 2;
+	const int64_t	cols = a->cols, np = cols / 2, xs = 2 * f32x_group(a);
 	int64_t		p;
 	int		t;
 
@@ -403,10 +413,10 @@ act_fill_f32x(struct qact *a, uint32_t type, int t0, int t1)
 		float		*d = (float *)f32x_token(a, t);
 
 		for (p = 0; p < np; p++)
-			memcpy(d + XS * p, x + 2 * p, 8);
+			memcpy(d + xs * p, x + 2 * p, 8);
 		if (cols & 1) {
-			d[XS * np] = x[cols - 1];
-			d[XS * np + 1] = 0;
+			d[xs * np] = x[cols - 1];
+			d[xs * np + 1] = 0;
 		}
 	}
 }

@@ -73,7 +73,8 @@ enum act_layout {
 	 * Float types: the f32 activations (xf) interleaved by groups of
 	 * ACT_F32X_TOK tokens, so a tile's broadcasts read one stream: token t,
 	 * column c is at (t / G) * G * C2 + (c / 2) * 2G + (t % G) * 2 + c % 2
-	 * (G = ACT_F32X_TOK, C2 = cols rounded up to even).
+	 * (G = ACT_F32X_TOK, or n_tok when smaller; C2 = cols rounded up to
+	 * even).
 	 */
 	ACT_F32X = 6,
 };
