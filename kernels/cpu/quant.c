@@ -375,6 +375,9 @@ quant_act_bytes(uint32_t type, int layout, int64_t cols, int n_tok)
 
 	if (layout == ACT_BF16)
 		return (ALIGN64(n * 2) + 64);
+	if (layout == ACT_F32X)
+		return ((size_t)((cols + 1) & ~(int64_t)1) * 4 *
+		    ((n_tok + ACT_F32X_TOK - 1) / ACT_F32X_TOK * ACT_F32X_TOK) + 64);
 	if (!is_int_type(type))
 		return (0);
 	return (ALIGN64(n) + ALIGN64(n / 32 * 4) + ALIGN64(n / 4 * 4) +
@@ -398,6 +401,10 @@ quant_act_init(struct qact *a, uint32_t type, int layout, const float *x, int64_
 	p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
 	if (layout == ACT_BF16) {
 		a->xb = (uint16_t *)p;
+		return;
+	}
+	if (layout == ACT_F32X) {
+		a->xf = (float *)p;
 		return;
 	}
 	if (!is_int_type(type))

@@ -69,7 +69,16 @@ enum act_layout {
 	ACT_BF16 = 3,	/* float types: activations rounded to bf16 (xb) */
 	ACT_BLOCK = 4,	/* element order; bias[b] is -off * the sum of block b */
 	ACT_BLOCK16 = 5, /* the same per 16 elements (bias[h], h = e / 16) */
+	/*
+	 * Float types: the f32 activations (xf) interleaved by groups of
+	 * ACT_F32X_TOK tokens, so a tile's broadcasts read one stream: token t,
+	 * column c is at (t / G) * G * C2 + (c / 2) * 2G + (t % G) * 2 + c % 2
+	 * (G = ACT_F32X_TOK, or n_tok when smaller; C2 = cols rounded up to
+	 * even).
+	 */
+	ACT_F32X = 6,
 };
+#define ACT_F32X_TOK	12
 
 struct qact {
 	int64_t		 cols;
@@ -83,6 +92,7 @@ struct qact {
 	int32_t		*bias;	/* n_tok x stride/4 */
 	float		*s;	/* n_tok x stride/32: d * sum(q) */
 	uint16_t	*xb;	/* ACT_BF16: n_tok x stride bf16 values */
+	float		*xf;	/* ACT_F32X: the interleaved f32 activations */
 };
 
 /* The IQ4_NL and IQ4_XS code book (a 4-bit code indexes it). */
@@ -158,6 +168,8 @@ struct quant_kernel	quant_kernel_get(int isa, uint32_t type);
 struct quant_kernel	quant_kernel_scalar(uint32_t type);
 struct quant_kernel	quant_kernel_avx2(uint32_t type);
 struct quant_kernel	quant_kernel_avx512(uint32_t type);
+/* Add the repacked F16/BF16 path (float_avx512.c); bf16: bf16 dot products. */
+void	float_avx512_packed(struct quant_kernel *k, uint32_t type, int bf16);
 
 /* Code (0..63) of element e (0..255) of a Q6_K super-block. */
 static inline int

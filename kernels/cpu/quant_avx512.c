@@ -1656,6 +1656,7 @@ quant_kernel_avx512(uint32_t type)
 		k.nr = FNR;
 		k.layout = ACT_BF16;
 		k.fill = avx512_act_fill_bf16;
+		float_avx512_packed(&k, type, 1);
 		return (k);
 	}
 	switch (type) {
@@ -1666,11 +1667,13 @@ quant_kernel_avx512(uint32_t type)
 	case TT_F16:
 		k.fn = avx512_f16;
 		k.nr = FNR;
-		break;
+		float_avx512_packed(&k, type, 0);
+		return (k);
 	case TT_BF16:
 		k.fn = avx512_bf16;
 		k.nr = FNR;
-		break;
+		float_avx512_packed(&k, type, 0);
+		return (k);
 	case TT_Q4_0:
 		k.fn = avx512_q4_0;
 		k.layout = ACT_Q4_0X4;

@@ -54,7 +54,7 @@ test_shape(struct threadpool *pool, int isa, uint32_t type, int64_t rows, int64_
 
 			for (c = 0; c < cols; c += 32) {
 				double amax = 0, wsum = 0;
-				for (i = 0; i < 32; i++) {
+				for (i = 0; i < 32 && c + i < cols; i++) {
 					amax = fmax(amax, fabs(xt[c + i]));
 					wsum += fabs(wf[c + i]);
 					sabs += fabs(wf[c + i] * xt[c + i]);
@@ -186,6 +186,7 @@ main(void)
 	 */
 	if (quant_force_isa(QUANT_ISA_AVX512) == 0) {
 		char	 wbuf[2 * 18 * 16];
+		void	*fw;
 
 		memset(wbuf, 0, sizeof wbuf);
 		m = qmat_create(TT_Q4_0, 2, 512, wbuf, &cause);
@@ -203,6 +204,24 @@ main(void)
 				test_shape(pool, QUANT_ISA_AVX512, ktu_types[i],
 				    rowcounts[j], j == 2 ? 768 : 512);
 		quant_allow_pack(1);
+		/*
+		 * F16 and BF16 are repacked in groups of 16 rows by an even
+		 * number of columns; odd widths and partial groups reach the
+		 * tail of the kernels.
+		 */
+		fw = calloc(17 * 75, 2);
+		m = qmat_create(TT_F16, 17, 75, fw, &cause);
+		ok(m != NULL && qmat_packed_bytes(m) == 2 * 16 * 76 * 2,
+		    "avx512 F16: repacked at load in 16-row groups");
+		qmat_free(m);
+		free(fw);
+		for (i = 0; i < 2; i++) {
+			uint32_t ft = i == 0 ? TT_F16 : TT_BF16;
+
+			test_shape(pool, QUANT_ISA_AVX512, ft, 33, 75);
+			test_shape(pool, QUANT_ISA_AVX512, ft, 16, 1);
+			test_shape(pool, QUANT_ISA_AVX512, ft, 40, 2050);
+		}
 	}
 	/* bf16 dot products for the float types, where the CPU has them. */
 	if (quant_bf16_dot_supported()) {
@@ -215,6 +234,8 @@ main(void)
 		}
 		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 6, 160);
 		test_shape(pool, QUANT_ISA_AVX512, TT_BF16, 3, 96);
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 33, 75);
+		test_shape(pool, QUANT_ISA_AVX512, TT_BF16, 40, 2050);
 		bf16_mode = 0;
 		quant_allow_bf16_dot(0);
 	} else

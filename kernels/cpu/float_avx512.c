@@ -1,0 +1,448 @@
+/*
+ * float_avx512.c: AVX-512 products of F16 and BF16 weights repacked at load.
+ *
+ * The rows are interleaved in groups of 16 so that one vector holds the
+ * weights of 16 rows at one column: a tile multiplies it by each token's
+ * activation at that column (a broadcast) and adds into one accumulator per
+ * token, which ends up holding 16 outputs.  A weight vector is converted
+ * once and used by every token of the tile; no horizontal sums are needed.
+ *
+ * Exact mode (the default): f32 multiply-adds of the weights (F16 through
+ * vcvtph2ps, BF16 by shifting) and the f32 activations.  Each output is the
+ * sum of two chains, the even and the odd columns, each added in column
+ * order, then added together: the same operations whatever the tile, so
+ * results do not depend on the batch or the thread split.  Two chains keep
+ * a single-token tile (decode) from waiting on the latency of one chain.
+ *
+ * bf16 mode (quant_allow_bf16_dot): vdpbf16ps on bf16 weights (F16 ones
+ * rounded to bf16 at load) and activations rounded to bf16, two columns per
+ * lane and instruction, one chain per output in column order.
+ */
+#include "config.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant.h"
+#include "tensor_type.h"
+
+#define FG	16	/* rows per packed group */
+#define XNR	12	/* tokens per tile, exact mode */
+#define BMR	2	/* groups per tile, bf16 mode */
+#define BNR	12	/* tokens per tile, bf16 mode */
+
+#define AI	static inline __attribute__((always_inline))
+
+/* Bytes of one packed group: 16 rows by cols rounded up to even, 2 bytes each. */
+static size_t
+group_bytes(int64_t cols)
+{
+	return ((size_t)((cols + 1) & ~(int64_t)1) * FG * 2);
+}
+
+/* Size of the packed copy of rows x cols weights. */
+static size_t
+packed_size(int64_t rows, int64_t cols)
+{
+	return ((size_t)((rows + FG - 1) / FG) * group_bytes(cols));
+}
+
+/*
+ * Exact-mode layout: per group and pair of columns (2p, 2p + 1), 64 bytes.
+ * F16: the 16 halves of column 2p, then the 16 of column 2p + 1 (each
+ * converts with one vcvtph2ps).  BF16: 16 lanes of 32 bits, lane i holding
+ * row i's column 2p in the low half and 2p + 1 in the high half (a shift
+ * and a mask give the two f32 vectors).  Missing rows and the column past
+ * an odd end are zero.
+ */
+static size_t
+pack_exact(uint32_t type, const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+    uint8_t *dst)
+{
+	const int64_t	ng = (rows + FG - 1) / FG, np = (cols + 1) / 2;
+	const size_t	gb = group_bytes(cols);
+	const __m512i	lanes = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12,
+			    11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(FG));
+	__m512i		split;
+	int64_t		g, p;
+	int		i;
+
+	if (dst == NULL)
+		return (packed_size(rows, cols));
+	/* Word j of a pair block takes word 2j (j < 16) or 2(j - 16) + 1. */
+	{
+		uint16_t	idx[32];
+
+		for (i = 0; i < 32; i++)
+			idx[i] = i < 16 ? 2 * i : 2 * (i - 16) + 1;
+		split = _mm512_loadu_si512((const void *)idx);
+	}
+	for (g = 0; g < ng; g++) {
+		uint32_t	*out = (uint32_t *)(dst + g * gb);
+
+		if ((g + 1) * FG > rows)
+			memset(out, 0, gb);
+		/*
+		 * Each 32-bit pair of columns of a row goes to its row's lane of
+		 * the pair's block (the BF16 layout); F16 then splits every
+		 * block into its even and odd halves.
+		 */
+		for (i = 0; i < FG && g * FG + i < rows; i++) {
+			const uint8_t	*src = w + (size_t)(g * FG + i) * rb;
+
+			for (p = 0; p + 16 <= cols / 2; p += 16)
+				_mm512_i32scatter_epi32(out + p * FG + i, lanes,
+				    _mm512_loadu_si512((const void *)(src + 4 * p)), 4);
+			for (; p < np; p++) {
+				uint16_t	e, o = 0;
+
+				memcpy(&e, src + 4 * p, 2);
+				if (2 * p + 1 < cols)
+					memcpy(&o, src + 4 * p + 2, 2);
+				out[p * FG + i] = e | (uint32_t)o << 16;
+			}
+		}
+		if (type == TT_F16)
+			for (p = 0; p < np; p++)
+				_mm512_store_si512((void *)(out + p * FG),
+				    _mm512_permutexvar_epi16(split,
+				    _mm512_load_si512((const void *)(out + p * FG))));
+	}
+	return (packed_size(rows, cols));
+}
+
+/* Pack F16 weights for the exact kernel. */
+static size_t
+f16_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	return (pack_exact(TT_F16, w, rb, rows, cols, dst));
+}
+
+/* Pack BF16 weights for the exact kernel. */
+static size_t
+bf16_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	return (pack_exact(TT_BF16, w, rb, rows, cols, dst));
+}
+
+/* The f32 weights of columns 2p (*e) and 2p + 1 (*o) of a packed group. */
+AI void
+load_pair(const uint32_t type, const uint8_t *gp, int64_t p, __m512 *e, __m512 *o)
+{
+	const uint8_t *q = gp + 64 * p;
+
+	if (type == TT_F16) {
+		*e = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q));
+		*o = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + 32)));
+	} else {
+		__m512i v = _mm512_load_si512((const void *)q);
+
+		*e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+		*o = _mm512_castsi512_ps(_mm512_and_si512(v,
+		    _mm512_set1_epi32((int)0xffff0000)));
+	}
+}
+
+#ifndef XPF
+#define XPF	1536	/* bytes ahead to prefetch the activations */
+#endif
+
+/*
+ * Tokens per interleaved group: ACT_F32X_TOK, or all of a smaller batch, so
+ * that a decode step's activations stay one dense row.
+ */
+AI int
+f32x_group(const struct qact *a)
+{
+	return (a->n_tok < ACT_F32X_TOK ? a->n_tok : ACT_F32X_TOK);
+}
+
+/* Where token t's first column pair is in the ACT_F32X activations. */
+AI const float *
+f32x_token(const struct qact *a, int t)
+{
+	const int64_t	c2 = (a->cols + 1) & ~(int64_t)1;
+	const int	g = f32x_group(a);
+
+	return (a->xf + (size_t)(t / g) * g * c2 + (t % g) * 2);
+}
+
+/* One exact-mode tile: 16 rows (mr of them kept) by nr tokens. */
+AI void
+exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const size_t	 gb = group_bytes(cols);
+	const uint8_t	*gp = pw + (size_t)(r0 / FG) * gb;
+	const int64_t	 np = cols / 2;
+	const __mmask16	 m = mr >= FG ? 0xffff : (__mmask16)((1U << mr) - 1);
+	const int64_t	 xs = 2 * f32x_group(a);	/* floats per column pair */
+	__m512		 acc0[XNR], acc1[XNR], we, wo;
+	const float	*x[XNR];
+	int64_t		 p;
+	int		 j;
+
+#pragma GCC unroll 12
+	for (j = 0; j < nr; j++) {
+		x[j] = f32x_token(a, t0 + j);
+		acc0[j] = _mm512_setzero_ps();
+		acc1[j] = _mm512_setzero_ps();
+	}
+	for (p = 0; p < np; p++) {
+		/*
+		 * The weights come from L2 a few lines ahead; the next group's
+		 * are fetched into L2 meanwhile, so the first tile of a group
+		 * does not wait on memory (the later ones find them there).
+		 */
+		_mm_prefetch((const char *)gp + 64 * p + 1024, _MM_HINT_T0);
+		_mm_prefetch((const char *)gp + gb + 64 * p, _MM_HINT_T1);
+		_mm_prefetch((const char *)(x[0] + xs * p) + XPF, _MM_HINT_T0);
+		_mm_prefetch((const char *)(x[nr - 1] + xs * p) + XPF, _MM_HINT_T0);
+		load_pair(type, gp, p, &we, &wo);
+#pragma GCC unroll 12
+		for (j = 0; j < nr; j++) {
+			acc0[j] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[j][xs * p]),
+			    acc0[j]);
+			acc1[j] = _mm512_fmadd_ps(wo, _mm512_set1_ps(x[j][xs * p + 1]),
+			    acc1[j]);
+		}
+	}
+	if (cols & 1) {
+		load_pair(type, gp, np, &we, &wo);
+#pragma GCC unroll 12
+		for (j = 0; j < nr; j++)
+			acc0[j] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[j][xs * np]),
+			    acc0[j]);
+	}
+#pragma GCC unroll 12
+	for (j = 0; j < nr; j++)
+		_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0, m,
+		    _mm512_add_ps(acc0[j], acc1[j]));
+}
+
+/* Instantiate exact_tile for every token count up to XNR. */
+#define XDISPATCH(fn, type)						\
+static void								\
+fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	switch (nr) {							\
+	case 1: exact_tile(type, pw, cols, r0, mr, a, t0, 1, y, ldy); return; \
+	case 2: exact_tile(type, pw, cols, r0, mr, a, t0, 2, y, ldy); return; \
+	case 3: exact_tile(type, pw, cols, r0, mr, a, t0, 3, y, ldy); return; \
+	case 4: exact_tile(type, pw, cols, r0, mr, a, t0, 4, y, ldy); return; \
+	case 5: exact_tile(type, pw, cols, r0, mr, a, t0, 5, y, ldy); return; \
+	case 6: exact_tile(type, pw, cols, r0, mr, a, t0, 6, y, ldy); return; \
+	case 7: exact_tile(type, pw, cols, r0, mr, a, t0, 7, y, ldy); return; \
+	case 8: exact_tile(type, pw, cols, r0, mr, a, t0, 8, y, ldy); return; \
+	case 9: exact_tile(type, pw, cols, r0, mr, a, t0, 9, y, ldy); return; \
+	case 10: exact_tile(type, pw, cols, r0, mr, a, t0, 10, y, ldy); return; \
+	case 11: exact_tile(type, pw, cols, r0, mr, a, t0, 11, y, ldy); return; \
+	default: exact_tile(type, pw, cols, r0, mr, a, t0, 12, y, ldy); return; \
+	}								\
+}
+
+XDISPATCH(f16_packed, TT_F16)
+XDISPATCH(bf16_packed, TT_BF16)
+
+/*
+ * bf16-mode layout: per group and pair of columns, 16 lanes of 32 bits,
+ * lane i holding row i's columns 2p (low) and 2p + 1 (high) as bf16, the
+ * operand order of vdpbf16ps.  F16 weights are rounded to bf16 (nearest
+ * even) as they are packed.
+ */
+static size_t
+pack_bf16dot(uint32_t type, const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+    uint8_t *dst)
+{
+	const int64_t	ng = (rows + FG - 1) / FG, np = (cols + 1) / 2;
+	size_t		gb = group_bytes(cols);
+	int64_t		g, p, c;
+	int		i;
+
+	if (dst == NULL)
+		return (packed_size(rows, cols));
+	for (g = 0; g < ng; g++) {
+		uint16_t	*out = (uint16_t *)(dst + g * gb);
+
+		for (p = 0; p < np; p++, out += 2 * FG)
+			for (i = 0; i < 2 * FG; i++) {
+				int64_t		r = g * FG + i / 2;
+				uint16_t	v = 0;
+
+				c = 2 * p + (i & 1);
+				if (r < rows && c < cols) {
+					memcpy(&v, w + (size_t)r * rb + 2 * c, 2);
+					if (type == TT_F16)
+						v = f32_to_bf16(fp16_to_f32(v));
+				}
+				out[i] = v;
+			}
+	}
+	return (packed_size(rows, cols));
+}
+
+/* Pack F16 weights (rounded to bf16) for the bf16 kernel. */
+static size_t
+f16_pack_bf16dot(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	return (pack_bf16dot(TT_F16, w, rb, rows, cols, dst));
+}
+
+/* Pack BF16 weights for the bf16 kernel. */
+static size_t
+bf16_pack_bf16dot(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	return (pack_bf16dot(TT_BF16, w, rb, rows, cols, dst));
+}
+
+/* One bf16-mode tile: mg groups of 16 rows (mr rows kept) by nr tokens. */
+AI void
+bf16dot_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const size_t	 gb = group_bytes(cols);
+	const uint8_t	*gp = pw + (size_t)(r0 / FG) * gb;
+	const int64_t	 np = (cols + 1) / 2;
+	__m512		 acc[BMR][BNR];
+	__m512bh	 wv[BMR];
+	const uint32_t	*x[BNR];
+	int64_t		 p;
+	int		 i, j;
+
+#pragma GCC unroll 12
+	for (j = 0; j < nr; j++) {
+		/* Pairs of bf16 activations; the stride is padded with zeros. */
+		x[j] = (const uint32_t *)(a->xb + (size_t)(t0 + j) * a->stride);
+#pragma GCC unroll 2
+		for (i = 0; i < mg; i++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+	for (p = 0; p < np; p++) {
+#pragma GCC unroll 2
+		for (i = 0; i < mg; i++) {
+			_mm_prefetch((const char *)gp + i * gb + 64 * p + 1024, _MM_HINT_T0);
+			_mm_prefetch((const char *)gp + (i + mg) * gb + 64 * p, _MM_HINT_T1);
+			wv[i] = (__m512bh)_mm512_load_si512((const void *)(gp + i * gb +
+			    64 * p));
+		}
+#pragma GCC unroll 12
+		for (j = 0; j < nr; j++) {
+			__m512bh xv = (__m512bh)_mm512_set1_epi32((int)x[j][p]);
+#pragma GCC unroll 2
+			for (i = 0; i < mg; i++)
+				acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
+		}
+	}
+#pragma GCC unroll 2
+	for (i = 0; i < mg; i++) {
+		int		left = mr - i * FG;
+		__mmask16	m = left >= FG ? 0xffff : (__mmask16)((1U << left) - 1);
+
+#pragma GCC unroll 12
+		for (j = 0; j < nr; j++)
+			_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0 + i * FG, m,
+			    acc[i][j]);
+	}
+}
+
+/* Instantiate bf16dot_tile for one or two groups and up to BNR tokens. */
+#define BTILES(mg)							\
+	switch (nr) {							\
+	case 1: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 1, y, ldy); return; \
+	case 2: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 2, y, ldy); return; \
+	case 3: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 3, y, ldy); return; \
+	case 4: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 4, y, ldy); return; \
+	case 5: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 5, y, ldy); return; \
+	case 6: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 6, y, ldy); return; \
+	case 7: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 7, y, ldy); return; \
+	case 8: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 8, y, ldy); return; \
+	case 9: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 9, y, ldy); return; \
+	case 10: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 10, y, ldy); return; \
+	case 11: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 11, y, ldy); return; \
+	default: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 12, y, ldy); return; \
+	}
+
+/* The bf16-mode product on packed weights (F16 and BF16 alike). */
+static void
+bf16dot_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	if (mr > FG) {
+		BTILES(2)
+	} else {
+		BTILES(1)
+	}
+}
+
+/* Activations rounded to bf16 (nearest even), zero padded to the stride. */
+static void
+act_fill_bf16(struct qact *a, uint32_t type, int t0, int t1)
+{
+	const int64_t	cols = a->cols, stride = a->stride;
+	int64_t		c;
+	int		t;
+
+	(void)type;
+	for (t = t0; t < t1; t++) {
+		const float	*x = a->x + (size_t)t * cols;
+		uint16_t	*xb = a->xb + (size_t)t * stride;
+
+		for (c = 0; c < stride; c += 16) {
+			int64_t		n = cols - c;
+			__mmask16	m = n >= 16 ? 0xffff : n <= 0 ? 0 :
+					    (__mmask16)((1U << n) - 1);
+			__m256bh	v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + c));
+
+			_mm256_storeu_si256((__m256i *)(xb + c), (__m256i)v);
+		}
+	}
+}
+
+/* Interleave the f32 activations of tokens [t0, t1) (ACT_F32X). */
+static void
+act_fill_f32x(struct qact *a, uint32_t type, int t0, int t1)
+{
+	const int64_t	cols = a->cols, np = cols / 2, xs = 2 * f32x_group(a);
+	int64_t		p;
+	int		t;
+
+	(void)type;
+	for (t = t0; t < t1; t++) {
+		const float	*x = a->x + (size_t)t * cols;
+		float		*d = (float *)f32x_token(a, t);
+
+		for (p = 0; p < np; p++)
+			memcpy(d + xs * p, x + 2 * p, 8);
+		if (cols & 1) {
+			d[xs * np] = x[cols - 1];
+			d[xs * np + 1] = 0;
+		}
+	}
+}
+
+/*
+ * Add the repacked path of a F16 or BF16 kernel to k (left as it is for
+ * other types).  bf16 selects the bf16 dot products.
+ */
+void
+float_avx512_packed(struct quant_kernel *k, uint32_t type, int bf16)
+{
+	if (type != TT_F16 && type != TT_BF16)
+		return;
+	if (bf16) {
+		k->pack = type == TT_F16 ? f16_pack_bf16dot : bf16_pack_bf16dot;
+		k->pfn = bf16dot_packed;
+		k->pmr = BMR * FG;
+		k->pnr = BNR;
+		k->playout = ACT_BF16;
+		k->pfill = act_fill_bf16;
+		return;
+	}
+	k->pack = type == TT_F16 ? f16_pack : bf16_pack;
+	k->pfn = type == TT_F16 ? f16_packed : bf16_packed;
+	k->pmr = FG;
+	k->pnr = XNR;
+	k->playout = ACT_F32X;
+	k->pfill = act_fill_f32x;
+}
