@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "kvcache.h"
 #include "matmul.h"
 #include "model.h"
@@ -65,6 +66,7 @@ struct fwd_ctx {
 	atomic_int		 next;
 	float			*scratch;	/* per thread */
 	size_t			 scratch_floats;
+	int			 avx512;	/* attn_run_avx512 */
 };
 
 /*
@@ -297,8 +299,12 @@ attn_scratch_floats(const struct model_info *i)
 	size_t	hd = i->head_dim, bs = i->kv.block_size;
 	size_t	nq = (size_t)ATTN_TILE * (i->n_head / i->n_head_kv);
 
+	size_t	n512 = attn_avx512_scratch_floats(ATTN_TILE,
+		    (int)(i->n_head / i->n_head_kv), (int)hd);
+	size_t	n = 2 * nq * hd + 9 * nq + 2 * hd * bs + bs;
+
 	/* queries, accumulators, maxima, 8-lane sums, K and V blocks, scores */
-	return (2 * nq * hd + 9 * nq + 2 * hd * bs + bs);
+	return (n > n512 ? n : n512);
 }
 
 /*
@@ -422,7 +428,36 @@ attn_task_run(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	}
 }
 
-/* Thread body: take attention tasks until none are left. */
+/* Run an attention task with the AVX-512 kernel. */
+static void
+attn_task_avx512(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
+{
+	const struct model_info	*mi = &c->m->info;
+	const size_t		 grp = mi->n_head / mi->n_head_kv;
+	const size_t		 off = (size_t)(c->row0[t->entry] + t->i0) *
+				    mi->q_dim + t->kv_head * grp * mi->head_dim;
+	struct attn_job		 j;
+
+	j.pool = c->pool;
+	j.blocks = c->b->entries[t->entry].seq->blocks;
+	j.layer = c->layer;
+	j.kv_head = (uint32_t)t->kv_head;
+	j.pos0 = c->pos0[t->entry] + (uint32_t)t->i0;
+	j.n_tok = t->i1 - t->i0;
+	j.grp = (int)grp;
+	j.q = c->q + off;
+	j.out = c->att + off;
+	j.stride = mi->q_dim;
+	j.qscale = c->m->hp.q_scale;
+	j.cap = c->m->hp.attn_softcap;
+	j.win = c->m->layers[c->layer].swa ? mi->n_swa : 0;
+	attn_run_avx512(&j, scratch);
+}
+
+/*
+ * Thread body: take attention tasks until none are left, the last (the
+ * longest: they see the most keys) first so the threads finish together.
+ */
 static void
 attn_worker(void *arg, int ith, int nth)
 {
@@ -431,8 +466,12 @@ attn_worker(void *arg, int ith, int nth)
 	int		 k;
 
 	(void)nth;
-	while ((k = atomic_fetch_add(&c->next, 1)) < c->n_tasks)
-		attn_task_run(c, &c->tasks[k], scratch);
+	while ((k = atomic_fetch_add(&c->next, 1)) < c->n_tasks) {
+		if (c->avx512)
+			attn_task_avx512(c, &c->tasks[c->n_tasks - 1 - k], scratch);
+		else
+			attn_task_run(c, &c->tasks[c->n_tasks - 1 - k], scratch);
+	}
 }
 
 /* Write the new tokens' keys and values of a layer into their pages. */
@@ -609,6 +648,7 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	c.pool = pool;
 	c.b = b;
 	c.scratch_floats = attn_scratch_floats(mi);
+	c.avx512 = quant_isa() >= QUANT_ISA_AVX512;
 
 	/* One allocation for all activations of this call. */
 	nf = (uint64_t)T * (2 * dim + 2 * qd + 2 * kvd + 2 * ff + 2 * nrot) +
