@@ -7,6 +7,11 @@
 
 #include "kvcache.h"
 
+/*
+ * Query tokens per job the forward pass cuts: enough rows to amortize the
+ * conversion of each key tile, few enough to keep the threads balanced.
+ */
+#define ATTN_JOB_TOKENS	64
 /* Keys per softmax step: steps fall on multiples of this position. */
 #define ATTN_KEY_TILE	64
 

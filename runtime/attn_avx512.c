@@ -35,6 +35,8 @@
 #define DCH	4		/* vectors of head_dim per value pass */
 
 #define AI	static inline __attribute__((always_inline))
+/* Loops over a block's rows and vectors unrolled, so they live in registers. */
+#define UNROLL	_Pragma("GCC unroll 16")
 
 /*
  * e^x for sixteen x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, a degree-6
@@ -76,21 +78,28 @@ qk_rows(float *s, const float *q, int hd, const float *k, const int R)
 	const float	*kd;
 	int		 r, v, d;
 
+	UNROLL
 	for (r = 0; r < R; r++)
+		UNROLL
 		for (v = 0; v < KVEC; v++)
 			acc[r][v] = _mm512_setzero_ps();
 	for (d = 0; d < hd; d++) {
 		kd = k + (size_t)d * KT;
+		UNROLL
 		for (v = 0; v < KVEC; v++)
 			kv[v] = _mm512_loadu_ps(kd + 16 * v);
+		UNROLL
 		for (r = 0; r < R; r++) {
 			__m512 qb = _mm512_set1_ps(q[(size_t)r * hd + d]);
 
+			UNROLL
 			for (v = 0; v < KVEC; v++)
 				acc[r][v] = _mm512_fmadd_ps(qb, kv[v], acc[r][v]);
 		}
 	}
+	UNROLL
 	for (r = 0; r < R; r++)
+		UNROLL
 		for (v = 0; v < KVEC; v++)
 			_mm512_storeu_ps(s + (size_t)r * KT + 16 * v, acc[r][v]);
 }
@@ -108,25 +117,32 @@ pv_rows(float *o, int ostr, const float *p, const float *v, int vstr,
 	const float	*vj;
 	int		 r, c, j;
 
+	UNROLL
 	for (r = 0; r < R; r++) {
 		__m512 s = _mm512_set1_ps(sc[r]);
 
+		UNROLL
 		for (c = 0; c < NV; c++)
 			acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o +
 			    (size_t)r * ostr + 16 * c), s);
 	}
 	for (j = lo; j < hi; j++) {
 		vj = v + (size_t)j * vstr;
+		UNROLL
 		for (c = 0; c < NV; c++)
 			vv[c] = _mm512_loadu_ps(vj + 16 * c);
+		UNROLL
 		for (r = 0; r < R; r++) {
 			__m512 pb = _mm512_set1_ps(p[(size_t)r * KT + j]);
 
+			UNROLL
 			for (c = 0; c < NV; c++)
 				acc[r][c] = _mm512_fmadd_ps(pb, vv[c], acc[r][c]);
 		}
 	}
+	UNROLL
 	for (r = 0; r < R; r++)
+		UNROLL
 		for (c = 0; c < NV; c++)
 			_mm512_storeu_ps(o + (size_t)r * ostr + 16 * c, acc[r][c]);
 }
@@ -213,8 +229,12 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 			m = _mm512_max_ps(m, x[v]);
 		f = _mm512_reduce_max_ps(m);
 		mnew = mx[r] > f ? mx[r] : f;
-		t = exp16(_mm512_set1_ps(mx[r] - mnew));	/* 0 at the start */
-		sc[r] = _mm512_cvtss_f32(t);
+		/* e^0 is exactly 1: skip it while the maximum holds. */
+		if (mnew == mx[r])
+			sc[r] = 1.0f;
+		else	/* 0 at the start */
+			sc[r] = _mm512_cvtss_f32(exp16(_mm512_set1_ps(mx[r] -
+			    mnew)));
 		mx[r] = mnew;
 		m = _mm512_set1_ps(mnew);
 		for (v = 0; v < KVEC; v++) {
@@ -284,12 +304,12 @@ f2f_n(float *dst, const float *src, int n)
 }
 
 /*
- * Keys and values of positions t0..t0+tn-1 into the f32 tiles, from the
- * pages that hold them; the key slots past tn are zeroed (never seen, but
+ * Keys and values of positions t0+x0..t0+tn-1 into the f32 tiles, from the
+ * pages that hold them; the other key slots are zeroed (never seen, but
  * kept finite and normal).
  */
 static void
-gather(struct attn_st *st, uint32_t t0, int tn)
+gather(struct attn_st *st, uint32_t t0, int x0, int tn)
 {
 	const struct attn_job	*j = st->j;
 	const struct kv_pool	*pool = j->pool;
@@ -298,7 +318,7 @@ gather(struct attn_st *st, uint32_t t0, int tn)
 	uint32_t		 p, blk;
 	int			 x, len, slot, d, y, n, i;
 
-	for (x = 0; x < tn; x += len) {
+	for (x = x0; x < tn; x += len) {
 		p = t0 + (uint32_t)x;
 		blk = j->blocks[p / bs];
 		slot = (int)(p % bs);
@@ -341,10 +361,13 @@ gather(struct attn_st *st, uint32_t t0, int tn)
 				}
 		}
 	}
-	if (tn < KT)
-		for (d = 0; d < hd; d++)
+	if (x0 > 0 || tn < KT)
+		for (d = 0; d < hd; d++) {
+			memset(st->k + (size_t)d * KT, 0, (size_t)x0 *
+			    sizeof(float));
 			memset(st->k + (size_t)d * KT + tn, 0,
 			    (size_t)(KT - tn) * sizeof(float));
+		}
 }
 
 /* Round a float count up to whole 64-byte lines. */
@@ -394,8 +417,14 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 			    (size_t)r * hd;
 			float *qs = st.q + (size_t)(t * grp + r) * hd;
 
-			for (d = 0; d < hd; d++)
-				qs[d] = q[d] * j->qscale;
+			for (d = 0; d < hd; d += 16) {
+				__mmask16 m = hd - d < 16 ?
+				    (__mmask16)((1u << (hd - d)) - 1) : 0xffff;
+
+				_mm512_mask_storeu_ps(qs + d, m, _mm512_mul_ps(
+				    _mm512_maskz_loadu_ps(m, q + d),
+				    _mm512_set1_ps(j->qscale)));
+			}
 		}
 	memset(st.o, 0, (size_t)nq * st.hdp * sizeof(float));
 	memset(st.ls, 0, (size_t)nq * 16 * sizeof(float));
@@ -408,7 +437,7 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 	for (kt = (int)(first / KT); kt <= (int)(last / KT); kt++) {
 		t0 = (uint32_t)kt * KT;
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
-		gather(&st, t0, tn);
+		gather(&st, t0, first > t0 ? (int)(first - t0) : 0, tn);
 		/*
 		 * Consecutive tokens that see the whole tile are stepped as
 		 * one run of rows; the others one token at a time with their
@@ -448,7 +477,13 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 			l = 0.0f;
 			for (d = 0; d < 16; d++)
 				l += st.ls[(size_t)16 * qi + d];
-			for (d = 0; d < hd; d++)
-				out[d] = st.o[(size_t)qi * st.hdp + d] / l;
+			for (d = 0; d < hd; d += 16) {
+				__mmask16 m = hd - d < 16 ?
+				    (__mmask16)((1u << (hd - d)) - 1) : 0xffff;
+
+				_mm512_mask_storeu_ps(out + d, m, _mm512_div_ps(
+				    _mm512_loadu_ps(st.o + (size_t)qi * st.hdp + d),
+				    _mm512_set1_ps(l)));
+			}
 		}
 }

@@ -299,7 +299,7 @@ attn_scratch_floats(const struct model_info *i)
 	size_t	hd = i->head_dim, bs = i->kv.block_size;
 	size_t	nq = (size_t)ATTN_TILE * (i->n_head / i->n_head_kv);
 
-	size_t	n512 = attn_avx512_scratch_floats(ATTN_TILE,
+	size_t	n512 = attn_avx512_scratch_floats(ATTN_JOB_TOKENS,
 		    (int)(i->n_head / i->n_head_kv), (int)hd);
 	size_t	n = 2 * nq * hd + 9 * nq + 2 * hd * bs + bs;
 
@@ -635,7 +635,7 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	uint32_t		 layer;
 	double			 ang;
 	float			 ms;
-	int			 tab;
+	int			 tab, tile;
 
 	if (model_batch_check(&m->info, pool, b, &T, cause) != 0)
 		return (-1);
@@ -673,25 +673,26 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	c.row0 = xreallocarray(NULL, b->n_seqs, sizeof *c.row0);
 	c.pos0 = xreallocarray(NULL, b->n_seqs, sizeof *c.pos0);
 	out_rows = xreallocarray(NULL, b->n_seqs, sizeof *out_rows);
+	tile = c.avx512 ? ATTN_JOB_TOKENS : ATTN_TILE;
 	c.n_tasks = 0;
 	for (n = row = 0; n < b->n_seqs; n++) {
 		c.row0[n] = row;
 		c.pos0[n] = b->entries[n].seq->n_tokens;
 		row += b->entries[n].n_tokens;
 		c.n_tasks += mi->n_head_kv *
-		    ((b->entries[n].n_tokens + ATTN_TILE - 1) / ATTN_TILE);
+		    ((b->entries[n].n_tokens + tile - 1) / tile);
 	}
 	c.tasks = xreallocarray(NULL, c.n_tasks, sizeof *c.tasks);
 	for (n = j = 0; n < b->n_seqs; n++) {
-		for (i = 0; i < b->entries[n].n_tokens; i += ATTN_TILE) {
+		for (i = 0; i < b->entries[n].n_tokens; i += tile) {
 			uint32_t g;
 
 			for (g = 0; g < mi->n_head_kv; g++) {
 				c.tasks[j].entry = n;
 				c.tasks[j].kv_head = g;
 				c.tasks[j].i0 = i;
-				c.tasks[j].i1 = i + ATTN_TILE <
-				    b->entries[n].n_tokens ? i + ATTN_TILE :
+				c.tasks[j].i1 = i + tile <
+				    b->entries[n].n_tokens ? i + tile :
 				    b->entries[n].n_tokens;
 				j++;
 			}
