@@ -24,8 +24,10 @@
  * same per row whatever the number of rows; and attention reads every key
  * and value back from the cache (after its F16 rounding, new tokens
  * included) and walks the pages of a query's past in position order with
- * an online softmax whose steps fall on the fixed block boundaries.  The
- * thread that runs a piece of work never changes how it is computed.
+ * an online softmax whose steps fall on the fixed block boundaries (the
+ * AVX-512 kernel of attn_avx512.c: on multiples of ATTN_KEY_TILE).  The
+ * thread that runs a piece of work never changes how it is computed, and
+ * the kernel follows the matrix kernels' variant (quant_isa()).
  */
 
 /* Query tokens of one entry handled by one attention task. */
@@ -298,12 +300,11 @@ attn_scratch_floats(const struct model_info *i)
 {
 	size_t	hd = i->head_dim, bs = i->kv.block_size;
 	size_t	nq = (size_t)ATTN_TILE * (i->n_head / i->n_head_kv);
-
+	/* queries, accumulators, maxima, 8-lane sums, K and V blocks, scores */
+	size_t	n = 2 * nq * hd + 9 * nq + 2 * hd * bs + bs;
 	size_t	n512 = attn_avx512_scratch_floats(ATTN_JOB_TOKENS,
 		    (int)(i->n_head / i->n_head_kv), (int)hd);
-	size_t	n = 2 * nq * hd + 9 * nq + 2 * hd * bs + bs;
 
-	/* queries, accumulators, maxima, 8-lane sums, K and V blocks, scores */
 	return (n > n512 ? n : n512);
 }
 
