@@ -211,6 +211,7 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 			for (j = lo; j < hi; j++)
 				sr[j] = cap * tanhf(sr[j] / cap);
 		}
+		UNROLL
 		for (v = 0; v < KVEC; v++) {
 			x[v] = _mm512_loadu_ps(sr + 16 * v);
 			if (lo > 16 * v || hi < 16 * v + 16) {
@@ -225,6 +226,7 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 			}
 		}
 		m = x[0];
+		UNROLL
 		for (v = 1; v < KVEC; v++)
 			m = _mm512_max_ps(m, x[v]);
 		f = _mm512_reduce_max_ps(m);
@@ -237,11 +239,13 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 			    mnew)));
 		mx[r] = mnew;
 		m = _mm512_set1_ps(mnew);
+		UNROLL
 		for (v = 0; v < KVEC; v++) {
 			x[v] = exp16(_mm512_sub_ps(x[v], m));
 			_mm512_storeu_ps(sr + 16 * v, x[v]);
 		}
 		sum = x[0];
+		UNROLL
 		for (v = 1; v < KVEC; v++)
 			sum = _mm512_add_ps(sum, x[v]);
 		t = _mm512_loadu_ps(ls + (size_t)16 * r);
