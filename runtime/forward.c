@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "kvcache.h"
 #include "matmul.h"
 #include "model.h"
@@ -23,8 +24,10 @@
  * same per row whatever the number of rows; and attention reads every key
  * and value back from the cache (after its F16 rounding, new tokens
  * included) and walks the pages of a query's past in position order with
- * an online softmax whose steps fall on the fixed block boundaries.  The
- * thread that runs a piece of work never changes how it is computed.
+ * an online softmax whose steps fall on the fixed block boundaries (the
+ * AVX-512 kernel of attn_avx512.c: on multiples of ATTN_KEY_TILE).  The
+ * thread that runs a piece of work never changes how it is computed, and
+ * the kernel follows the matrix kernels' variant (quant_isa()).
  */
 
 /* Query tokens of one entry handled by one attention task. */
@@ -65,6 +68,7 @@ struct fwd_ctx {
 	atomic_int		 next;
 	float			*scratch;	/* per thread */
 	size_t			 scratch_floats;
+	int			 avx512;	/* attn_run_avx512 */
 };
 
 /*
@@ -296,9 +300,12 @@ attn_scratch_floats(const struct model_info *i)
 {
 	size_t	hd = i->head_dim, bs = i->kv.block_size;
 	size_t	nq = (size_t)ATTN_TILE * (i->n_head / i->n_head_kv);
-
 	/* queries, accumulators, maxima, 8-lane sums, K and V blocks, scores */
-	return (2 * nq * hd + 9 * nq + 2 * hd * bs + bs);
+	size_t	n = 2 * nq * hd + 9 * nq + 2 * hd * bs + bs;
+	size_t	n512 = attn_avx512_scratch_floats(ATTN_JOB_TOKENS,
+		    (int)(i->n_head / i->n_head_kv), (int)hd);
+
+	return (n > n512 ? n : n512);
 }
 
 /*
@@ -422,7 +429,36 @@ attn_task_run(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	}
 }
 
-/* Thread body: take attention tasks until none are left. */
+/* Run an attention task with the AVX-512 kernel. */
+static void
+attn_task_avx512(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
+{
+	const struct model_info	*mi = &c->m->info;
+	const size_t		 grp = mi->n_head / mi->n_head_kv;
+	const size_t		 off = (size_t)(c->row0[t->entry] + t->i0) *
+				    mi->q_dim + t->kv_head * grp * mi->head_dim;
+	struct attn_job		 j;
+
+	j.pool = c->pool;
+	j.blocks = c->b->entries[t->entry].seq->blocks;
+	j.layer = c->layer;
+	j.kv_head = (uint32_t)t->kv_head;
+	j.pos0 = c->pos0[t->entry] + (uint32_t)t->i0;
+	j.n_tok = t->i1 - t->i0;
+	j.grp = (int)grp;
+	j.q = c->q + off;
+	j.out = c->att + off;
+	j.stride = mi->q_dim;
+	j.qscale = c->m->hp.q_scale;
+	j.cap = c->m->hp.attn_softcap;
+	j.win = c->m->layers[c->layer].swa ? mi->n_swa : 0;
+	attn_run_avx512(&j, scratch);
+}
+
+/*
+ * Thread body: take attention tasks until none are left, the last (the
+ * longest: they see the most keys) first so the threads finish together.
+ */
 static void
 attn_worker(void *arg, int ith, int nth)
 {
@@ -431,8 +467,12 @@ attn_worker(void *arg, int ith, int nth)
 	int		 k;
 
 	(void)nth;
-	while ((k = atomic_fetch_add(&c->next, 1)) < c->n_tasks)
-		attn_task_run(c, &c->tasks[k], scratch);
+	while ((k = atomic_fetch_add(&c->next, 1)) < c->n_tasks) {
+		if (c->avx512)
+			attn_task_avx512(c, &c->tasks[c->n_tasks - 1 - k], scratch);
+		else
+			attn_task_run(c, &c->tasks[c->n_tasks - 1 - k], scratch);
+	}
 }
 
 /* Write the new tokens' keys and values of a layer into their pages. */
@@ -596,7 +636,7 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	uint32_t		 layer;
 	double			 ang;
 	float			 ms;
-	int			 tab;
+	int			 tab, tile;
 
 	if (model_batch_check(&m->info, pool, b, &T, cause) != 0)
 		return (-1);
@@ -609,6 +649,7 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	c.pool = pool;
 	c.b = b;
 	c.scratch_floats = attn_scratch_floats(mi);
+	c.avx512 = quant_isa() >= QUANT_ISA_AVX512;
 
 	/* One allocation for all activations of this call. */
 	nf = (uint64_t)T * (2 * dim + 2 * qd + 2 * kvd + 2 * ff + 2 * nrot) +
@@ -633,25 +674,26 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	c.row0 = xreallocarray(NULL, b->n_seqs, sizeof *c.row0);
 	c.pos0 = xreallocarray(NULL, b->n_seqs, sizeof *c.pos0);
 	out_rows = xreallocarray(NULL, b->n_seqs, sizeof *out_rows);
+	tile = c.avx512 ? ATTN_JOB_TOKENS : ATTN_TILE;
 	c.n_tasks = 0;
 	for (n = row = 0; n < b->n_seqs; n++) {
 		c.row0[n] = row;
 		c.pos0[n] = b->entries[n].seq->n_tokens;
 		row += b->entries[n].n_tokens;
 		c.n_tasks += mi->n_head_kv *
-		    ((b->entries[n].n_tokens + ATTN_TILE - 1) / ATTN_TILE);
+		    ((b->entries[n].n_tokens + tile - 1) / tile);
 	}
 	c.tasks = xreallocarray(NULL, c.n_tasks, sizeof *c.tasks);
 	for (n = j = 0; n < b->n_seqs; n++) {
-		for (i = 0; i < b->entries[n].n_tokens; i += ATTN_TILE) {
+		for (i = 0; i < b->entries[n].n_tokens; i += tile) {
 			uint32_t g;
 
 			for (g = 0; g < mi->n_head_kv; g++) {
 				c.tasks[j].entry = n;
 				c.tasks[j].kv_head = g;
 				c.tasks[j].i0 = i;
-				c.tasks[j].i1 = i + ATTN_TILE <
-				    b->entries[n].n_tokens ? i + ATTN_TILE :
+				c.tasks[j].i1 = i + tile <
+				    b->entries[n].n_tokens ? i + tile :
 				    b->entries[n].n_tokens;
 				j++;
 			}

@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "kvcache.h"
 #include "model.h"
+#include "quant.h"
 #include "tap.h"
 #include "testdata.h"
 #include "model-testutil.h"
@@ -765,6 +766,15 @@ main(void)
 	test_golden(doc, tp);
 	test_invariance(doc, 1, tp);
 	test_invariance(doc, 0, tp);
+	/* Where AVX-512 attention took over, the generic one stays covered. */
+	if (quant_isa() == QUANT_ISA_AVX512 &&
+	    quant_force_isa(QUANT_ISA_AVX2) == 0) {
+		diag("golden and invariance again with the AVX2 variant");
+		test_golden(doc, tp);
+		test_invariance(doc, 1, tp);
+		test_invariance(doc, 0, tp);
+		quant_force_isa(QUANT_ISA_AUTO);
+	}
 	test_bad_batches(tp);
 	test_load_errors();
 	test_tiny_random(tp);

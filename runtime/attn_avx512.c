@@ -1,0 +1,493 @@
+/*
+ * attn_avx512.c: attention over paged KV with AVX-512, FlashAttention-style.
+ *
+ * A job is a tile of query tokens times the query heads sharing one KV head
+ * (rows token-major: row = token * grp + head).  The keys are walked in
+ * tiles of ATTN_KEY_TILE positions aligned on multiples of the tile; each
+ * tile's keys and values are converted to f32 once, from however many pages
+ * hold them, and then used by every row.  Per tile and per block of RB rows
+ * the scores are a small register-blocked product (RB rows by the tile's
+ * keys, summed along head_dim), the online softmax is stepped (new maximum,
+ * rescale, e^x on the whole row), and the weighted values are a second
+ * register-blocked product (RB rows by head_dim, summed along the keys).
+ *
+ * Batch invariance: a row's accumulators start from zero and take one fused
+ * multiply-add per head dimension (scores) or per key (values), in order;
+ * rows never mix, so the block a row falls in, its place in the block and
+ * the job it belongs to change nothing.  The softmax steps fall on the fixed
+ * tile boundaries.  A row whose keys end (its own position, the causal
+ * mask) or start (a sliding window) inside a tile masks the other scores to
+ * -inf, and its weighted sum runs only over its own keys, so values it must
+ * not see are never multiplied, not even by zero.  Tiles wholly outside a
+ * row's keys are skipped for it.
+ */
+#include "config.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "attn.h"
+
+#define KT	ATTN_KEY_TILE
+#define KVEC	(KT / 16)	/* vectors of scores per row */
+#define RB	6		/* rows per register block */
+#define DCH	4		/* vectors of head_dim per value pass */
+
+#define AI	static inline __attribute__((always_inline))
+/* Loops over a block's rows and vectors unrolled, so they live in registers. */
+#define UNROLL	_Pragma("GCC unroll 16")
+
+/*
+ * e^x for sixteen x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, a degree-6
+ * polynomial for e^r (relative error about 1e-7) scaled by 2^n.  Below -87
+ * (masked scores are -inf) the result is exactly 0.
+ */
+AI __m512
+exp16(__m512 x)
+{
+	const __m512	lo = _mm512_set1_ps(-87.0f);
+	__mmask16	under;
+	__m512		n, r, p;
+
+	under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+	x = _mm512_mask_mov_ps(x, under, lo);
+	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+	p = _mm512_set1_ps(1.0f / 720);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_scalef_ps(p, n);
+	return (_mm512_maskz_mov_ps((__mmask16)~under, p));
+}
+
+/*
+ * Scores of R rows (queries q, row stride hd) against a key tile k laid out
+ * [hd][KT]: s[r][j] = sum over d of q[r][d] k[d][j], one FMA per d in order.
+ */
+AI void
+qk_rows(float *s, const float *q, int hd, const float *k, const int R)
+{
+	__m512		 acc[RB][KVEC], kv[KVEC];
+	const float	*kd;
+	int		 r, v, d;
+
+	UNROLL
+	for (r = 0; r < R; r++)
+		UNROLL
+		for (v = 0; v < KVEC; v++)
+			acc[r][v] = _mm512_setzero_ps();
+	for (d = 0; d < hd; d++) {
+		kd = k + (size_t)d * KT;
+		UNROLL
+		for (v = 0; v < KVEC; v++)
+			kv[v] = _mm512_loadu_ps(kd + 16 * v);
+		UNROLL
+		for (r = 0; r < R; r++) {
+			__m512 qb = _mm512_set1_ps(q[(size_t)r * hd + d]);
+
+			UNROLL
+			for (v = 0; v < KVEC; v++)
+				acc[r][v] = _mm512_fmadd_ps(qb, kv[v], acc[r][v]);
+		}
+	}
+	UNROLL
+	for (r = 0; r < R; r++)
+		UNROLL
+		for (v = 0; v < KVEC; v++)
+			_mm512_storeu_ps(s + (size_t)r * KT + 16 * v, acc[r][v]);
+}
+
+/*
+ * o[r] = o[r] * sc[r] + sum over j in lo..hi-1 of p[r][j] v[j] for R rows
+ * and NV vectors of head dimensions (o row stride ostr, v row stride vstr),
+ * one FMA per key in order.
+ */
+AI void
+pv_rows(float *o, int ostr, const float *p, const float *v, int vstr,
+    int lo, int hi, const float *sc, const int R, const int NV)
+{
+	__m512		 acc[RB][DCH], vv[DCH];
+	const float	*vj;
+	int		 r, c, j;
+
+	UNROLL
+	for (r = 0; r < R; r++) {
+		__m512 s = _mm512_set1_ps(sc[r]);
+
+		UNROLL
+		for (c = 0; c < NV; c++)
+			acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o +
+			    (size_t)r * ostr + 16 * c), s);
+	}
+	for (j = lo; j < hi; j++) {
+		vj = v + (size_t)j * vstr;
+		UNROLL
+		for (c = 0; c < NV; c++)
+			vv[c] = _mm512_loadu_ps(vj + 16 * c);
+		UNROLL
+		for (r = 0; r < R; r++) {
+			__m512 pb = _mm512_set1_ps(p[(size_t)r * KT + j]);
+
+			UNROLL
+			for (c = 0; c < NV; c++)
+				acc[r][c] = _mm512_fmadd_ps(pb, vv[c], acc[r][c]);
+		}
+	}
+	UNROLL
+	for (r = 0; r < R; r++)
+		UNROLL
+		for (c = 0; c < NV; c++)
+			_mm512_storeu_ps(o + (size_t)r * ostr + 16 * c, acc[r][c]);
+}
+
+/* qk_rows for a block of 1..RB rows, each size compiled on its own. */
+static void
+qk_block(int R, float *s, const float *q, int hd, const float *k)
+{
+	switch (R) {
+	case 1: qk_rows(s, q, hd, k, 1); break;
+	case 2: qk_rows(s, q, hd, k, 2); break;
+	case 3: qk_rows(s, q, hd, k, 3); break;
+	case 4: qk_rows(s, q, hd, k, 4); break;
+	case 5: qk_rows(s, q, hd, k, 5); break;
+	default: qk_rows(s, q, hd, k, 6); break;
+	}
+}
+
+#define PV_CASE(R)							\
+	case R:								\
+		switch (NV) {						\
+		case 1: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 1); break; \
+		case 2: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 2); break; \
+		case 3: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 3); break; \
+		default: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 4); break; \
+		}							\
+		break
+
+/* pv_rows for 1..RB rows and 1..DCH vectors, each shape compiled on its own. */
+static void
+pv_block(int R, int NV, float *o, int ostr, const float *p, const float *v,
+    int vstr, int lo, int hi, const float *sc)
+{
+	switch (R) {
+	PV_CASE(1);
+	PV_CASE(2);
+	PV_CASE(3);
+	PV_CASE(4);
+	PV_CASE(5);
+	default:
+	PV_CASE(6);
+	}
+}
+
+/*
+ * One softmax step for R rows of scores s (stride KT) whose keys are slots
+ * lo..hi-1 of the tile: soft-cap, mask the rest to -inf, raise the running
+ * maxima mx, turn the scores into e^(s - max) in place, and rescale the
+ * sixteen-lane running sums ls by the factors left in sc for the values.
+ */
+static void
+softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
+    float *sc)
+{
+	const __m512	ninf = _mm512_set1_ps(-INFINITY);
+	const __m512i	lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+			    10, 11, 12, 13, 14, 15);
+	__m512		x[KVEC], m, t, sum;
+	__mmask16	keep;
+	float		*sr, mnew, f;
+	int		 r, v, j;
+
+	for (r = 0; r < R; r++) {
+		sr = s + (size_t)r * KT;
+		if (cap != 0.0f) {
+			for (j = lo; j < hi; j++)
+				sr[j] = cap * tanhf(sr[j] / cap);
+		}
+		UNROLL
+		for (v = 0; v < KVEC; v++) {
+			x[v] = _mm512_loadu_ps(sr + 16 * v);
+			if (lo > 16 * v || hi < 16 * v + 16) {
+				__m512i idx = _mm512_add_epi32(lane,
+				    _mm512_set1_epi32(16 * v));
+
+				keep = _mm512_cmp_epi32_mask(idx,
+				    _mm512_set1_epi32(lo), _MM_CMPINT_NLT) &
+				    _mm512_cmp_epi32_mask(idx,
+				    _mm512_set1_epi32(hi), _MM_CMPINT_LT);
+				x[v] = _mm512_mask_mov_ps(ninf, keep, x[v]);
+			}
+		}
+		m = x[0];
+		UNROLL
+		for (v = 1; v < KVEC; v++)
+			m = _mm512_max_ps(m, x[v]);
+		f = _mm512_reduce_max_ps(m);
+		mnew = mx[r] > f ? mx[r] : f;
+		/* e^0 is exactly 1: skip it while the maximum holds. */
+		if (mnew == mx[r])
+			sc[r] = 1.0f;
+		else	/* 0 at the start */
+			sc[r] = _mm512_cvtss_f32(exp16(_mm512_set1_ps(mx[r] -
+			    mnew)));
+		mx[r] = mnew;
+		m = _mm512_set1_ps(mnew);
+		UNROLL
+		for (v = 0; v < KVEC; v++) {
+			x[v] = exp16(_mm512_sub_ps(x[v], m));
+			_mm512_storeu_ps(sr + 16 * v, x[v]);
+		}
+		sum = x[0];
+		UNROLL
+		for (v = 1; v < KVEC; v++)
+			sum = _mm512_add_ps(sum, x[v]);
+		t = _mm512_loadu_ps(ls + (size_t)16 * r);
+		t = _mm512_add_ps(_mm512_mul_ps(t, _mm512_set1_ps(sc[r])), sum);
+		_mm512_storeu_ps(ls + (size_t)16 * r, t);
+	}
+}
+
+/* The working state of one job. */
+struct attn_st {
+	const struct attn_job	*j;
+	int			 hd, hdp;
+	float			*q;	/* rows x hd, scaled */
+	float			*o;	/* rows x hdp */
+	float			*mx;	/* rows */
+	float			*ls;	/* rows x 16 */
+	float			*k;	/* hd x KT */
+	float			*v;	/* KT x hdp */
+	float			*s;	/* RB x KT */
+	float			 sc[RB];
+};
+
+/* Step nr rows from row r0, all with keys lo..hi-1 of the current tile. */
+static void
+rows_step(struct attn_st *st, int r0, int nr, int lo, int hi)
+{
+	const int	hd = st->hd, hdp = st->hdp;
+	int		b, R, c, NV;
+
+	for (b = r0; b < r0 + nr; b += R) {
+		R = r0 + nr - b < RB ? r0 + nr - b : RB;
+		qk_block(R, st->s, st->q + (size_t)b * hd, hd, st->k);
+		softmax_rows(R, st->s, lo, hi, st->j->cap, st->mx + b,
+		    st->ls + (size_t)16 * b, st->sc);
+		for (c = 0; c < hdp; c += 16 * DCH) {
+			NV = (hdp - c) / 16 < DCH ? (hdp - c) / 16 : DCH;
+			pv_block(R, NV, st->o + (size_t)b * hdp + c, hdp, st->s,
+			    st->v + c, hdp, lo, hi, st->sc);
+		}
+	}
+}
+
+/* n (0..16) halves to floats at dst. */
+AI void
+h2f_n(float *dst, const uint16_t *src, int n)
+{
+	__mmask16 m = (__mmask16)((1u << n) - 1);
+
+	_mm512_mask_storeu_ps(dst, m,
+	    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src)));
+}
+
+/* n (0..16) floats from src to dst. */
+AI void
+f2f_n(float *dst, const float *src, int n)
+{
+	__mmask16 m = (__mmask16)((1u << n) - 1);
+
+	_mm512_mask_storeu_ps(dst, m, _mm512_maskz_loadu_ps(m, src));
+}
+
+/*
+ * Keys and values of positions t0+x0..t0+tn-1 into the f32 tiles, from the
+ * pages that hold them; the other key slots are zeroed (never seen, but
+ * kept finite and normal).
+ */
+static void
+gather(struct attn_st *st, uint32_t t0, int x0, int tn)
+{
+	const struct attn_job	*j = st->j;
+	const struct kv_pool	*pool = j->pool;
+	const int		 bs = (int)pool->layout.block_size, hd = st->hd;
+	const int		 f16 = pool->layout.type == KV_TYPE_F16;
+	uint32_t		 p, blk;
+	int			 x, len, slot, d, y, n, i;
+
+	for (x = x0; x < tn; x += len) {
+		p = t0 + (uint32_t)x;
+		blk = j->blocks[p / bs];
+		slot = (int)(p % bs);
+		len = bs - slot < tn - x ? bs - slot : tn - x;
+		if (f16) {
+			const uint16_t *kb = kv_block_k(pool, blk, j->layer,
+			    j->kv_head);
+			const uint16_t *vb = kv_block_v(pool, blk, j->layer,
+			    j->kv_head);
+
+			for (d = 0; d < hd; d++)
+				for (y = 0; y < len; y += 16) {
+					n = len - y < 16 ? len - y : 16;
+					h2f_n(st->k + (size_t)d * KT + x + y,
+					    kb + (size_t)d * bs + slot + y, n);
+				}
+			for (i = 0; i < len; i++)
+				for (y = 0; y < hd; y += 16) {
+					n = hd - y < 16 ? hd - y : 16;
+					h2f_n(st->v + (size_t)(x + i) * st->hdp + y,
+					    vb + (size_t)(slot + i) * hd + y, n);
+				}
+		} else {
+			const float *kb = kv_block_k(pool, blk, j->layer,
+			    j->kv_head);
+			const float *vb = kv_block_v(pool, blk, j->layer,
+			    j->kv_head);
+
+			for (d = 0; d < hd; d++)
+				for (y = 0; y < len; y += 16) {
+					n = len - y < 16 ? len - y : 16;
+					f2f_n(st->k + (size_t)d * KT + x + y,
+					    kb + (size_t)d * bs + slot + y, n);
+				}
+			for (i = 0; i < len; i++)
+				for (y = 0; y < hd; y += 16) {
+					n = hd - y < 16 ? hd - y : 16;
+					f2f_n(st->v + (size_t)(x + i) * st->hdp + y,
+					    vb + (size_t)(slot + i) * hd + y, n);
+				}
+		}
+	}
+	if (x0 > 0 || tn < KT)
+		for (d = 0; d < hd; d++) {
+			memset(st->k + (size_t)d * KT, 0, (size_t)x0 *
+			    sizeof(float));
+			memset(st->k + (size_t)d * KT + tn, 0,
+			    (size_t)(KT - tn) * sizeof(float));
+		}
+}
+
+/* Round a float count up to whole 64-byte lines. */
+static size_t
+lines(size_t n)
+{
+	return ((n + 15) & ~(size_t)15);
+}
+
+/* Floats of scratch for jobs of up to n_tok tokens of grp heads of hd. */
+size_t
+attn_avx512_scratch_floats(int n_tok, int grp, int hd)
+{
+	size_t	nq = (size_t)n_tok * grp, hdp = lines(hd);
+
+	return (16 + lines(nq * hd) + nq * hdp + lines(nq) + nq * 16 +
+	    lines((size_t)hd * KT) + KT * hdp + RB * KT);
+}
+
+/* Run one attention job (see attn.h). */
+void
+attn_run_avx512(const struct attn_job *j, float *scratch)
+{
+	const int	 hd = (int)j->pool->layout.head_dim, grp = j->grp;
+	const int	 nq = j->n_tok * grp;
+	const uint32_t	 last = j->pos0 + j->n_tok - 1, win = j->win;
+	struct attn_st	 st;
+	uint32_t	 first, t0, p, ws;
+	int		 kt, tn, t, run, r, d, lo, hi;
+	float		*f, l;
+
+	st.j = j;
+	st.hd = hd;
+	st.hdp = (int)lines(hd);
+	f = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+	st.q = f;
+	st.o = st.q + lines((size_t)nq * hd);
+	st.mx = st.o + (size_t)nq * st.hdp;
+	st.ls = st.mx + lines(nq);
+	st.k = st.ls + (size_t)nq * 16;
+	st.v = st.k + lines((size_t)hd * KT);
+	st.s = st.v + (size_t)KT * st.hdp;
+
+	for (t = 0; t < j->n_tok; t++)
+		for (r = 0; r < grp; r++) {
+			const float *q = j->q + (size_t)t * j->stride +
+			    (size_t)r * hd;
+			float *qs = st.q + (size_t)(t * grp + r) * hd;
+
+			for (d = 0; d < hd; d += 16) {
+				__mmask16 m = hd - d < 16 ?
+				    (__mmask16)((1u << (hd - d)) - 1) : 0xffff;
+
+				_mm512_mask_storeu_ps(qs + d, m, _mm512_mul_ps(
+				    _mm512_maskz_loadu_ps(m, q + d),
+				    _mm512_set1_ps(j->qscale)));
+			}
+		}
+	memset(st.o, 0, (size_t)nq * st.hdp * sizeof(float));
+	memset(st.ls, 0, (size_t)nq * 16 * sizeof(float));
+	for (r = 0; r < nq; r++)
+		st.mx[r] = -INFINITY;
+	if (st.hdp != hd)	/* padding lanes of the values stay zero */
+		memset(st.v, 0, (size_t)KT * st.hdp * sizeof(float));
+
+	first = win != 0 && j->pos0 + 1 > win ? j->pos0 + 1 - win : 0;
+	for (kt = (int)(first / KT); kt <= (int)(last / KT); kt++) {
+		t0 = (uint32_t)kt * KT;
+		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
+		gather(&st, t0, first > t0 ? (int)(first - t0) : 0, tn);
+		/*
+		 * Consecutive tokens that see the whole tile are stepped as
+		 * one run of rows; the others one token at a time with their
+		 * own key range.
+		 */
+		run = -1;
+		for (t = 0; t < j->n_tok; t++) {
+			p = j->pos0 + t;
+			ws = win != 0 && p + 1 > win ? p + 1 - win : 0;
+			if (p < t0 || ws >= t0 + KT) {
+				lo = hi = 0;	/* no key of this tile */
+			} else {
+				lo = ws > t0 ? (int)(ws - t0) : 0;
+				hi = p - t0 + 1 < KT ? (int)(p - t0 + 1) : KT;
+			}
+			if (lo == 0 && hi == KT) {
+				if (run < 0)
+					run = t;
+				continue;
+			}
+			if (run >= 0)
+				rows_step(&st, run * grp, (t - run) * grp, 0, KT);
+			run = -1;
+			if (hi > lo)
+				rows_step(&st, t * grp, grp, lo, hi);
+		}
+		if (run >= 0)
+			rows_step(&st, run * grp, (j->n_tok - run) * grp, 0, KT);
+	}
+
+	for (t = 0; t < j->n_tok; t++)
+		for (r = 0; r < grp; r++) {
+			const int	 qi = t * grp + r;
+			float		*out = j->out + (size_t)t * j->stride +
+			    (size_t)r * hd;
+
+			l = 0.0f;
+			for (d = 0; d < 16; d++)
+				l += st.ls[(size_t)16 * qi + d];
+			for (d = 0; d < hd; d += 16) {
+				__mmask16 m = hd - d < 16 ?
+				    (__mmask16)((1u << (hd - d)) - 1) : 0xffff;
+
+				_mm512_mask_storeu_ps(out + d, m, _mm512_div_ps(
+				    _mm512_loadu_ps(st.o + (size_t)qi * st.hdp + d),
+				    _mm512_set1_ps(l)));
+			}
+		}
+}

@@ -1,0 +1,114 @@
+/*
+ * bench-attn.c: speed of the AVX-512 attention kernel over a causal prefill,
+ * in thread CPU time (so a busy machine stretches it less than wall time).
+ *
+ * usage: bench-attn [N_TOKENS [HEAD_DIM [KV_HEADS [GROUP [REPS [TILE]]]]]]
+ * (defaults 4096 64 4 8 3 64: the TinyLlama-1.1B shape, F16 KV, pages of
+ * 16, query tokens per job as the forward pass cuts them).
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attn.h"
+#include "kvcache.h"
+#include "quant.h"
+
+
+/* Thread CPU time in seconds. */
+static double
+cpu_s(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (ts.tv_sec + ts.tv_nsec * 1e-9);
+}
+
+int
+main(int argc, char **argv)
+{
+	const int		 n = argc > 1 ? atoi(argv[1]) : 4096;
+	const int		 hd = argc > 2 ? atoi(argv[2]) : 64;
+	const int		 nkv = argc > 3 ? atoi(argv[3]) : 4;
+	const int		 grp = argc > 4 ? atoi(argv[4]) : 8;
+	const int		 reps = argc > 5 ? atoi(argv[5]) : 3;
+	const int		 QTILE = argc > 6 ? atoi(argv[6]) : ATTN_JOB_TOKENS;
+	struct kv_layout	 lay;
+	struct kv_pool		*pool;
+	struct kv_seq		 seq;
+	struct attn_job		 j;
+	float			*q, *out, *scratch;
+	double			 t, best = INFINITY, flops = 0;
+	char			*cause = NULL;
+	size_t			 i, stride;
+	int			 r, t0, g;
+
+	if (n < 1 || hd < 1 || nkv < 1 || grp < 1 || reps < 1 || QTILE < 1) {
+		fprintf(stderr, "usage: bench-attn [N_TOKENS [HEAD_DIM "
+		    "[KV_HEADS [GROUP [REPS [TILE]]]]]]\n");
+		return (2);
+	}
+	if (!quant_isa_supported(QUANT_ISA_AVX512)) {
+		printf("bench-attn: the CPU has no AVX-512, nothing to measure\n");
+		return (0);
+	}
+	lay = (struct kv_layout){ 1, (uint32_t)nkv, (uint32_t)hd, 16, KV_TYPE_F16 };
+	pool = kv_pool_create(&lay, kv_layout_blocks_for(&lay, n), &cause);
+	if (pool == NULL) {
+		fprintf(stderr, "bench-attn: %s\n", cause);
+		return (1);
+	}
+	memset(&seq, 0, sizeof seq);
+	kv_seq_reserve(pool, &seq, (uint32_t)n);
+	for (i = 0; i < (size_t)pool->n_blocks * pool->block_bytes / 2; i++)
+		((uint16_t *)pool->data)[i] = f32_to_fp16((float)((i * 2654435761u) %
+		    1000) / 500.0f - 1.0f);
+	stride = (size_t)nkv * grp * hd;
+	q = malloc((size_t)n * stride * sizeof *q);
+	out = malloc((size_t)n * stride * sizeof *out);
+	scratch = malloc(attn_avx512_scratch_floats(QTILE, grp, hd) *
+	    sizeof *scratch);
+	for (i = 0; i < (size_t)n * stride; i++)
+		q[i] = (float)((i * 40503u) % 1000) / 500.0f - 1.0f;
+	for (i = 0; i < (size_t)n; i++)
+		flops += 4.0 * hd * (double)(i + 1) * nkv * grp;
+
+	memset(&j, 0, sizeof j);
+	j.pool = pool;
+	j.blocks = seq.blocks;
+	j.grp = grp;
+	j.stride = stride;
+	j.qscale = 1.0f / sqrtf((float)hd);
+	for (r = 0; r < reps; r++) {
+		t = cpu_s();
+		for (t0 = 0; t0 < n; t0 += QTILE)
+			for (g = 0; g < nkv; g++) {
+				j.kv_head = (uint32_t)g;
+				j.pos0 = (uint32_t)t0;
+				j.n_tok = n - t0 < QTILE ? n - t0 : QTILE;
+				j.q = q + (size_t)t0 * stride + (size_t)g * grp * hd;
+				j.out = out + (size_t)t0 * stride + (size_t)g * grp *
+				    hd;
+				attn_run_avx512(&j, scratch);
+			}
+		t = cpu_s() - t;
+		best = t < best ? t : best;
+	}
+	printf("attention prefill of %d tokens, head dim %d, %d KV heads x %d: "
+	    "%.3f s CPU (best of %d, jobs of %d), %.1f GFLOP/s, %.1f us per "
+	    "token per layer\n", n, hd, nkv, grp, best, reps, QTILE,
+	    flops / best * 1e-9,
+	    best / n * 1e6);
+	free(scratch);
+	free(out);
+	free(q);
+	kv_seq_release(pool, &seq);
+	kv_pool_free(pool);
+	return (0);
+}

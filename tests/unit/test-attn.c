@@ -1,0 +1,244 @@
+/* test-attn.c: the AVX-512 attention kernel against a plain reference. */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "kvcache.h"
+#include "quant.h"
+#include "tap.h"
+
+/* One shape of the tests. */
+struct acase {
+	int		 hd, grp, bs, f16;
+	int		 n_keys;	/* positions stored */
+	int		 n_tok;		/* queries: the last n_tok positions */
+	float		 cap;
+	uint32_t	 win;
+};
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+
+/* Uniform in [-1, 1). */
+static float
+frand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return ((float)(rng >> 40) / (float)(1 << 23) - 1.0f);
+}
+
+/* Stored key or value element back as a float (after F16 rounding). */
+static float
+kv_get(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
+    int pos, int d)
+{
+	const struct kv_layout *l = &pool->layout;
+	uint32_t	blk = seq->blocks[pos / l->block_size];
+	size_t		slot = pos % l->block_size;
+	size_t		i = v ? slot * l->head_dim + d : (size_t)d * l->block_size +
+			    slot;
+	const void	*b = v ? kv_block_v(pool, blk, 0, head) :
+			    kv_block_k(pool, blk, 0, head);
+
+	if (l->type == KV_TYPE_F16)
+		return (fp16_to_f32(((const uint16_t *)b)[i]));
+	return (((const float *)b)[i]);
+}
+
+/* Store a random key and value for every position of seq. */
+static void
+kv_fill(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int n, float kscale)
+{
+	const struct kv_layout *l = &pool->layout;
+	uint32_t	blk, slot, d;
+	int		p, g;
+	float		k, v;
+
+	for (p = 0; p < n; p++) {
+		blk = seq->blocks[p / l->block_size];
+		slot = p % l->block_size;
+		for (g = 0; g < n_kv; g++)
+			for (d = 0; d < l->head_dim; d++) {
+				k = frand() * kscale;
+				v = frand();
+				if (l->type == KV_TYPE_F16) {
+					((uint16_t *)kv_block_k(pool, blk, 0,
+					    g))[d * l->block_size + slot] =
+					    f32_to_fp16(k);
+					((uint16_t *)kv_block_v(pool, blk, 0,
+					    g))[slot * l->head_dim + d] =
+					    f32_to_fp16(v);
+				} else {
+					((float *)kv_block_k(pool, blk, 0,
+					    g))[d * l->block_size + slot] = k;
+					((float *)kv_block_v(pool, blk, 0,
+					    g))[slot * l->head_dim + d] = v;
+				}
+			}
+	}
+}
+
+/* Plain attention of one query (already scaled) at position p, in double. */
+static void
+reference(const struct kv_pool *pool, const struct kv_seq *seq, int head,
+    const struct acase *c, const float *q, float qscale, int p, double *out)
+{
+	double	*s, m = -INFINITY, sum = 0, x;
+	int	 j0, j, d;
+
+	s = calloc(p + 1, sizeof *s);
+	j0 = c->win != 0 && (uint32_t)p + 1 > c->win ? p + 1 - (int)c->win : 0;
+	for (j = j0; j <= p; j++) {
+		x = 0;
+		for (d = 0; d < c->hd; d++)
+			x += (double)(q[d] * qscale) * kv_get(pool, seq, 0, head, j, d);
+		if (c->cap != 0.0f)
+			x = c->cap * tanh(x / c->cap);
+		s[j] = x;
+		m = x > m ? x : m;
+	}
+	for (d = 0; d < c->hd; d++)
+		out[d] = 0;
+	for (j = j0; j <= p; j++) {
+		s[j] = exp(s[j] - m);
+		sum += s[j];
+		for (d = 0; d < c->hd; d++)
+			out[d] += s[j] * kv_get(pool, seq, 1, head, j, d);
+	}
+	for (d = 0; d < c->hd; d++)
+		out[d] /= sum;
+	free(s);
+}
+
+/*
+ * Run one case: the queries as one job per KV head, then cut into chunks of
+ * 1, 7 and 16 tokens (which must give the same bits), against the reference.
+ */
+static void
+run_case(const struct acase *c)
+{
+	static const int	 chunks[] = { 1, 7, 16 };
+	const int		 n_kv = 2, nh = n_kv * c->grp;
+	const size_t		 stride = (size_t)nh * c->hd;
+	const int		 pos0 = c->n_keys - c->n_tok;
+	const float		 qscale = 1.0f / sqrtf((float)c->hd);
+	struct kv_layout	 lay = { 1, (uint32_t)n_kv, (uint32_t)c->hd,
+				    (uint32_t)c->bs, c->f16 ? KV_TYPE_F16 :
+				    KV_TYPE_F32 };
+	struct kv_pool		*pool;
+	struct kv_seq		 seq;
+	struct attn_job		 j;
+	float			*q, *out, *out2, *scratch;
+	double			*ref, err = 0, mag = 0;
+	char			*cause = NULL;
+	int			 g, t, h, d, k, i, same = 1;
+
+	pool = kv_pool_create(&lay, kv_layout_blocks_for(&lay, c->n_keys) + 1,
+	    &cause);
+	if (!ok(pool != NULL, "pool: %s", cause ? cause : "made"))
+		return;
+	memset(&seq, 0, sizeof seq);
+	kv_seq_reserve(pool, &seq, (uint32_t)c->n_keys);
+	kv_fill(pool, &seq, n_kv, c->n_keys, c->cap != 0.0f ? 12.0f : 3.0f);
+	q = malloc((size_t)c->n_tok * stride * sizeof *q);
+	out = malloc((size_t)c->n_tok * stride * sizeof *out);
+	out2 = malloc((size_t)c->n_tok * stride * sizeof *out2);
+	ref = malloc((size_t)c->hd * sizeof *ref);
+	scratch = malloc(attn_avx512_scratch_floats(c->n_tok, c->grp, c->hd) *
+	    sizeof *scratch);
+	for (i = 0; i < c->n_tok * (int)stride; i++)
+		q[i] = frand() * 2.0f;
+
+	memset(&j, 0, sizeof j);
+	j.pool = pool;
+	j.blocks = seq.blocks;
+	j.grp = c->grp;
+	j.stride = stride;
+	j.qscale = qscale;
+	j.cap = c->cap;
+	j.win = c->win;
+	for (g = 0; g < n_kv; g++) {
+		j.kv_head = (uint32_t)g;
+		j.pos0 = (uint32_t)pos0;
+		j.n_tok = c->n_tok;
+		j.q = q + (size_t)g * c->grp * c->hd;
+		j.out = out + (size_t)g * c->grp * c->hd;
+		attn_run_avx512(&j, scratch);
+	}
+	for (t = 0; t < c->n_tok; t++)
+		for (h = 0; h < nh; h++) {
+			const float *qr = q + t * stride + (size_t)h * c->hd;
+			const float *o = out + t * stride + (size_t)h * c->hd;
+
+			reference(pool, &seq, h / c->grp, c, qr, qscale,
+			    pos0 + t, ref);
+			for (d = 0; d < c->hd; d++) {
+				err = fmax(err, fabs(o[d] - ref[d]));
+				mag = fmax(mag, fabs(ref[d]));
+			}
+		}
+	ok(err <= 2e-5 * (mag > 1 ? mag : 1), "hd %d grp %d bs %d %s keys %d "
+	    "queries %d cap %g win %u: within 2e-5 of the reference (%.3g)",
+	    c->hd, c->grp, c->bs, c->f16 ? "F16" : "F32", c->n_keys, c->n_tok,
+	    c->cap, c->win, err);
+
+	for (k = 0; k < 3; k++) {
+		memset(out2, 0xff, (size_t)c->n_tok * stride * sizeof *out2);
+		for (t = 0; t < c->n_tok; t += chunks[k])
+			for (g = 0; g < n_kv; g++) {
+				j.kv_head = (uint32_t)g;
+				j.pos0 = (uint32_t)(pos0 + t);
+				j.n_tok = c->n_tok - t < chunks[k] ? c->n_tok - t :
+				    chunks[k];
+				j.q = q + t * stride + (size_t)g * c->grp * c->hd;
+				j.out = out2 + t * stride + (size_t)g * c->grp *
+				    c->hd;
+				attn_run_avx512(&j, scratch);
+			}
+		same &= memcmp(out, out2, (size_t)c->n_tok * stride *
+		    sizeof *out) == 0;
+	}
+	ok(same, "chunks of 1, 7 and 16 queries give the same bits");
+
+	free(scratch);
+	free(ref);
+	free(out2);
+	free(out);
+	free(q);
+	kv_seq_release(pool, &seq);
+	kv_pool_free(pool);
+}
+
+int
+main(void)
+{
+	static const struct acase cases[] = {
+		/* hd grp bs f16 keys queries cap win */
+		{ 64, 8, 16, 1, 1, 1, 0, 0 },
+		{ 64, 8, 16, 1, 200, 200, 0, 0 },
+		{ 64, 8, 16, 1, 300, 1, 0, 0 },
+		{ 64, 4, 24, 1, 131, 70, 0, 0 },
+		{ 64, 1, 16, 0, 65, 65, 0, 0 },
+		{ 64, 8, 256, 0, 257, 100, 0, 0 },
+		{ 8, 2, 16, 0, 105, 105, 0, 0 },
+		{ 80, 4, 8, 1, 190, 37, 0, 0 },
+		{ 128, 4, 32, 1, 150, 150, 0, 0 },
+		{ 256, 2, 16, 1, 96, 33, 50.0f, 0 },
+		{ 64, 8, 16, 1, 220, 220, 0, 50 },
+		{ 64, 8, 16, 1, 300, 30, 0, 50 },
+		{ 128, 2, 16, 0, 300, 90, 30.0f, 64 },
+		{ 64, 1, 16, 1, 129, 129, 0, 1 },
+	};
+	size_t	i;
+
+	if (!quant_isa_supported(QUANT_ISA_AVX512))
+		skip_all("the CPU has no AVX-512");
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		run_case(&cases[i]);
+	done_testing();
+}
