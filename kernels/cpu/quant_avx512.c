@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "pack_k_avx512.h"
 #include "quant.h"
 #include "tensor_type.h"
 
@@ -1724,15 +1725,36 @@ quant_kernel_avx512(uint32_t type)
 		k.pack = avx512_iq4_nl_pack;
 		k.pfn = avx512_iq4_nl_packed;
 		break;
-	case TT_Q2_K: k.fn = avx512_q2_k; k.fill = avx512_act_fill; break;
-	case TT_Q3_K: k.fn = avx512_q3_k; k.fill = avx512_act_fill; break;
-	case TT_Q5_K: k.fn = avx512_q5_k; k.fill = avx512_act_fill; break;
-	case TT_IQ4_XS: k.fn = avx512_iq4_xs; k.fill = avx512_act_fill; break;
+	case TT_Q2_K:
+		k.fn = avx512_q2_k;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q2_k_pack;
+		k.pfn = avx512_q2_k_packed;
+		break;
+	case TT_Q3_K:
+		k.fn = avx512_q3_k;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q3_k_pack;
+		k.pfn = avx512_q3_k_packed;
+		break;
+	case TT_Q5_K:
+		k.fn = avx512_q5_k;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_q5_k_pack;
+		k.pfn = avx512_q5_k_packed;
+		break;
+	case TT_IQ4_XS:
+		k.fn = avx512_iq4_xs;
+		k.fill = avx512_act_fill;
+		k.pack = avx512_iq4_xs_pack;
+		k.pfn = avx512_iq4_xs_packed;
+		break;
 	}
 	if (k.pfn != NULL) {
 		k.pmr = PMR * PG;
 		k.pnr = PNR;
-		k.playout = type == TT_Q6_K ? ACT_BLOCK16 : ACT_BLOCK;
+		k.playout = type == TT_Q6_K || type == TT_Q2_K || type == TT_Q3_K ?
+		    ACT_BLOCK16 : ACT_BLOCK;
 		k.pfill = avx512_act_fill;
 	}
 	return (k);

@@ -9,8 +9,20 @@
 # same file.  For each of ROUNDS rounds and each type, `llama-bench -r 1`
 # and `phased-bench -r 1` run one after the other (which goes first
 # alternates by round), so slow phases of a noisy machine hit both.  The
-# table gives medians, min-max spread, the ratios of the medians and the
-# peak resident memory (ru_maxrss) of each tool.
+# table gives, for every prompt length of PP and for generation, medians,
+# min-max spread and the ratios of the medians, and the peak resident
+# memory (ru_maxrss) of each tool.
+#
+# Type names: F16, BF16 and the 32-element block types (Q8_0, Q4_0, Q4_1,
+# Q5_0, Q5_1) are llama-quantize's own (its default mixture keeps the
+# output matrix at Q6_K); a K or IQ type alone (Q2_K, Q3_K, Q4_K, Q5_K,
+# Q6_K, IQ4_NL, IQ4_XS) is made with --pure, every matrix of that type,
+# into tl-TYPE-pure.gguf (llama-quantize's Q3_K, Q4_K and Q5_K are aliases
+# of the _M mixtures); Q3_K_M, Q4_K_M, Q5_K_M are its mixtures and
+# Q2_K_MIX is its Q2_K, a mixture without an _M name.  None of these needs
+# an importance matrix (llama-quantize asks for one only for the IQ1, IQ2
+# and Q2_K_S types); where one is asked for anyway the type is skipped with
+# a message, or IMATRIX=FILE passes one to llama-quantize.
 #
 # llama-bench is taken from LLAMA_BENCH, else PATH, else
 # /tmp/llama.cpp-build/bin; when none is there and LLAMA_SRC names a
@@ -18,16 +30,17 @@
 # it the script says so and exits 0 (a skip, not a failure).
 #
 # Environment: TYPES (default: all below), ROUNDS (5), THREADS (2),
-# PP (512), NG (128), KEEP=1 keeps the models in MODELDIR between runs.
+# PP (512,2048: comma-separated prompt lengths), NG (128), IMATRIX, KEEP=1
+# keeps the raw per-run logs (the models in MODELDIR are always kept).
 set -eu
 B=${1:-.}
 M=${2:-/tmp/vs-llamacpp}
 SHARED=${PHASED_SHARED:-$(dirname "$0")/../../../shared}
 VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
-TYPES=${TYPES:-F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q3_K_M Q4_K_M Q5_K_M}
+TYPES=${TYPES:-F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q2_K_MIX Q3_K_M Q4_K_M Q5_K_M}
 ROUNDS=${ROUNDS:-5}
 THREADS=${THREADS:-2}
-PP=${PP:-512}
+PP=${PP:-512,2048}
 NG=${NG:-128}
 LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama.cpp-build}
 
@@ -78,6 +91,26 @@ for t in phased-bench phased-synth; do
 done
 [ -f "$VOCAB" ] || { echo "vs-llamacpp: $VOCAB: missing (set PHASED_SHARED)" >&2; exit 1; }
 
+# model TYPE: the file of a type; pure TYPE: whether it is made with --pure;
+# qname TYPE: llama-quantize's name of it.
+model() {
+	case $1 in
+	Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_NL|IQ4_XS)
+		echo "$M/tl-$(echo "$1" | tr 'A-Z' 'a-z')-pure.gguf" ;;
+	Q2_K_MIX) echo "$M/tl-q2_k-mix.gguf" ;;
+	*) echo "$M/tl-$(echo "$1" | tr 'A-Z' 'a-z').gguf" ;;
+	esac
+}
+pure() {
+	case $1 in
+	Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_NL|IQ4_XS) return 0 ;;
+	*) return 1 ;;
+	esac
+}
+qname() {
+	[ "$1" = Q2_K_MIX ] && echo Q2_K || echo "$1"
+}
+
 mkdir -p "$M"
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/vs-llamacpp.XXXXXX")
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$OUT"' EXIT
@@ -86,15 +119,32 @@ OUT=$(mktemp -d "${TMPDIR:-/tmp}/vs-llamacpp.XXXXXX")
 BASE=$M/tl-f16.gguf
 [ -f "$BASE" ] || "$B/phased-synth" --shape tinyllama-1.1b --type F16 \
     --vocab "$VOCAB" -o "$BASE" >&2
+KEPT=
 for t in $TYPES; do
-	f=$M/tl-$(echo "$t" | tr 'A-Z' 'a-z').gguf
-	[ "$t" = F16 ] && continue
-	[ -f "$f" ] || "$LQ" "$BASE" "$f" "$t" "$THREADS" >"$OUT/quantize-$t.log" 2>&1 || {
+	f=$(model "$t")
+	if [ "$t" = F16 ] || [ -f "$f" ]; then
+		KEPT="$KEPT $t"
+		continue
+	fi
+	PURE=
+	pure "$t" && PURE=--pure
+	if "$LQ" ${PURE} ${IMATRIX:+--imatrix "$IMATRIX"} "$BASE" "$f.tmp" "$(qname "$t")" \
+	    "$THREADS" >"$OUT/quantize-$t.log" 2>&1; then
+		mv "$f.tmp" "$f"
+		KEPT="$KEPT $t"
+	elif grep -qi 'importance matrix' "$OUT/quantize-$t.log"; then
+		rm -f "$f.tmp"
+		echo "vs-llamacpp: $t skipped: llama-quantize needs an importance" \
+		    "matrix for it (set IMATRIX=FILE)" >&2
+	else
+		rm -f "$f.tmp"
 		echo "vs-llamacpp: llama-quantize to $t failed:" >&2
 		tail -5 "$OUT/quantize-$t.log" >&2
 		exit 1
-	}
+	fi
 done
+TYPES=${KEPT# }
+[ -n "$TYPES" ] || { echo "vs-llamacpp: no type left to measure" >&2; exit 1; }
 
 # run LOG CMD...: run a command, its stdout to LOG, its peak RSS (KiB) to LOG.rss.
 run() {
@@ -106,21 +156,20 @@ with open(sys.argv[1], "w") as f:
     rc = subprocess.call(sys.argv[2:], stdout=f, stderr=subprocess.DEVNULL)
 with open(sys.argv[1] + ".rss", "w") as f:
     f.write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-sys.exit(rc)' "$log" "$@"
+# Killed by a signal: exit as a shell reports it (128 + the signal).
+sys.exit(rc if rc >= 0 else 128 - rc)' "$log" "$@"
 }
 
 echo "vs-llamacpp: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')," \
     "load $(cut -d' ' -f1-3 /proc/loadavg)"
 # llama.cpp picks its AMX kernels from CPUID and the kernel's permission;
-# where tiles still fault (SIGILL, seen under some hypervisors) it is run
-# with arch_prctl's AMX request refused, so it falls back to its AVX-512
-# repacked kernels, the best it can do there.
+# where tiles still fault (SIGILL, seen under some hypervisors, only for the
+# types it has AMX kernels for) the run is repeated, and every later one
+# made, with arch_prctl's AMX request refused, so it falls back to its
+# AVX-512 repacked kernels, the best it can do there.
 PRE=
-f=$M/tl-$(echo "${TYPES%% *}" | tr 'A-Z' 'a-z').gguf
-rc=0
-"$LB" -m "$f" -t "$THREADS" -p 8 -n 0 -r 1 >/dev/null 2>&1 || rc=$?
-if [ "$rc" -eq 132 ]; then
+noamx() {
 	cat >"$OUT/noamx.c" <<'EOC'
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -153,21 +202,32 @@ EOC
 	cc -shared -fPIC -O2 -o "$OUT/noamx.so" "$OUT/noamx.c" -ldl
 	PRE=$OUT/noamx.so
 	echo "llama-bench: AMX faults on this machine (SIGILL): run with AMX refused"
-fi
+}
+# llama LOG FILE: one llama-bench run on FILE.
+llama() {
+	rc=0
+	LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" -r 1 -o json ||
+	    rc=$?
+	if [ "$rc" -eq 132 ] && [ -z "$PRE" ]; then
+		noamx
+		LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" -r 1 \
+		    -o json || true
+	fi
+}
 echo "commands: $LB -m F -t $THREADS -p $PP -n $NG -r 1 -o json;" \
     "$B/phased-bench -m F -p $PP -n $NG -b 1 -r 1 -t $THREADS --json; $ROUNDS rounds"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
 	for t in $TYPES; do
-		f=$M/tl-$(echo "$t" | tr 'A-Z' 'a-z').gguf
+		f=$(model "$t")
 		l="$OUT/llama-$t-$r.json"
 		p="$OUT/phased-$t-$r.json"
 		if [ $((r % 2)) -eq 1 ]; then
-			LD_PRELOAD=$PRE run "$l" "$LB" -m "$f" -t "$THREADS" -p "$PP" -n "$NG" -r 1 -o json || true
+			llama "$l" "$f"
 			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r 1 -t "$THREADS" --json || true
 		else
 			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r 1 -t "$THREADS" --json || true
-			LD_PRELOAD=$PRE run "$l" "$LB" -m "$f" -t "$THREADS" -p "$PP" -n "$NG" -r 1 -o json || true
+			llama "$l" "$f"
 		fi
 	done
 	echo "round $r done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
@@ -178,7 +238,8 @@ echo "end: $(date -u '+%H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$OUT" "$ROUNDS" "$PP" "$NG" $TYPES <<'EOF'
 import json, os, statistics, sys
 
-out, rounds, pp, ng = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+out, rounds, ng = sys.argv[1], int(sys.argv[2]), int(sys.argv[4])
+pps = [int(p) for p in sys.argv[3].split(",") if int(p) > 0]
 types = sys.argv[5:]
 
 
@@ -214,29 +275,38 @@ def ratio(a, b):
     return "%.2fx" % (statistics.median(a) / statistics.median(b))
 
 
+# Tests as (key, label): each prompt length, then generation.
+tests = [("pp%d" % p, "pp%d" % p) for p in pps] + [("tg", "tg%d" % ng)]
+head = "| type |"
+rule = "|---|"
+for _, label in tests:
+    head += " phased %s | llama.cpp %s | ratio |" % (label, label)
+    rule += "---:|---:|---:|"
 print()
-print("| type | phased pp%d | llama.cpp pp%d | ratio | phased tg%d | llama.cpp tg%d | ratio "
-      "| phased RSS MiB | llama.cpp RSS MiB |" % (pp, pp, ng, ng))
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print(head + " phased RSS MiB | llama.cpp RSS MiB |")
+print(rule + "---:|---:|")
 for t in types:
-    s = {"lp": [], "lt": [], "pp": [], "pt": [], "lr": [], "pr": []}
+    s = {}
     for r in range(1, rounds + 1):
         lj = load(os.path.join(out, "llama-%s-%d.json" % (t, r)))
         for e in lj or []:
             if e.get("n_prompt", 0) > 0 and e.get("n_gen", 0) == 0:
-                s["lp"].append(e["avg_ts"])
+                s.setdefault(("l", "pp%d" % e["n_prompt"]), []).append(e["avg_ts"])
             elif e.get("n_gen", 0) > 0 and e.get("n_prompt", 0) == 0:
-                s["lt"].append(e["avg_ts"])
+                s.setdefault(("l", "tg"), []).append(e["avg_ts"])
         pj = load(os.path.join(out, "phased-%s-%d.json" % (t, r)))
         for e in (pj or {}).get("results", []):
-            (s["pp"] if e["test"] == "pp" else s["pt"]).append(e["tps_median"])
+            k = "pp%d" % e["n_tokens"] if e["test"] == "pp" else "tg"
+            s.setdefault(("p", k), []).append(e["tps_median"])
         for k, n in (("lr", "llama"), ("pr", "phased")):
             v = rss(os.path.join(out, "%s-%s-%d.json" % (n, t, r)))
             if v is not None:
-                s[k].append(v)
-    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        t, cell(s["pp"]), cell(s["lp"]), ratio(s["pp"], s["lp"]),
-        cell(s["pt"]), cell(s["lt"]), ratio(s["pt"], s["lt"]),
-        "%.0f" % max(s["pr"]) if s["pr"] else "-",
-        "%.0f" % max(s["lr"]) if s["lr"] else "-"))
+                s.setdefault(k, []).append(v)
+    row = "| %s |" % t
+    for key, _ in tests:
+        p, l = s.get(("p", key)), s.get(("l", key))
+        row += " %s | %s | %s |" % (cell(p), cell(l), ratio(p, l))
+    row += " %s | %s |" % ("%.0f" % max(s["pr"]) if s.get("pr") else "-",
+                           "%.0f" % max(s["lr"]) if s.get("lr") else "-")
+    print(row)
 EOF

@@ -125,6 +125,77 @@ out:
 	free(wf);
 }
 
+/*
+ * A type repacked at load by the AVX-512 kernels: the copy is made and
+ * stays about the file's size, and its products equal those on the mapped
+ * rows up to float rounding (both sum the same integers per sub-block).
+ */
+static void
+test_packed_vs_mapped(struct threadpool *pool, uint32_t type, int64_t rows, int64_t cols)
+{
+	const struct tensor_type_info *ti = tensor_type_get(type);
+	const int	 n = 37;
+	size_t		 rb = tensor_row_bytes(ti, cols), k;
+	uint8_t		*w = malloc(rows * rb);
+	float		*x = malloc(n * cols * sizeof *x);
+	float		*yp = malloc(n * rows * sizeof *yp);
+	float		*ym = malloc(n * rows * sizeof *ym);
+	float		*wf = malloc(rows * cols * sizeof *wf);
+	struct qmat	*mp, *mm;
+	char		*cause = NULL;
+	int64_t		 r, c, bad = 0, groups = (rows + 15) / 16;
+	double		 worst = 0;
+	int		 t;
+
+	for (r = 0; r < rows; r++) {
+		ktu_fill_row(type, w + r * rb, cols);
+		dequantize_row(type, w + r * rb, wf + r * cols, cols);
+	}
+	for (k = 0; k < (size_t)n * cols; k++)
+		x[k] = ktu_uniform() * (k % 7 == 0 ? 4.0f : 1.0f);
+	mp = qmat_create(type, rows, cols, w, &cause);
+	quant_allow_pack(0);
+	mm = qmat_create(type, rows, cols, w, &cause);
+	quant_allow_pack(1);
+	if (!ok(mp != NULL && mm != NULL, "avx512 %s %lldx%lld: qmat_create", ti->name,
+	    (long long)rows, (long long)cols))
+		goto out;
+	ok(qmat_packed_bytes(mp) > 0 && qmat_packed_bytes(mm) == 0,
+	    "avx512 %s %lldx%lld: repacked at load", ti->name, (long long)rows,
+	    (long long)cols);
+	ok(qmat_packed_bytes(mp) <= (size_t)(groups * 16 * rb * 1.04),
+	    "avx512 %s %lldx%lld: repacked copy %zu bytes, within 4%% of %lld rows",
+	    ti->name, (long long)rows, (long long)cols, qmat_packed_bytes(mp),
+	    (long long)(groups * 16));
+	qmat_mul(pool, mp, x, n, yp, rows);
+	qmat_mul(pool, mm, x, n, ym, rows);
+	for (t = 0; t < n; t++)
+		for (r = 0; r < rows; r++) {
+			double sabs = 0, d = fabs(yp[t * rows + r] - ym[t * rows + r]);
+
+			for (c = 0; c < cols; c++)
+				sabs += fabs(wf[r * cols + c] * x[t * cols + c]);
+			if (!(d <= 2e-6 * sabs + 1e-7)) {
+				if (bad++ == 0)
+					diag("t %d r %lld: packed %.9g mapped %.9g", t,
+					    (long long)r, yp[t * rows + r], ym[t * rows + r]);
+			}
+			if (sabs > 0 && d / sabs > worst)
+				worst = d / sabs;
+		}
+	ok(bad == 0, "avx512 %s %lldx%lld: packed equals mapped within 2e-6 of sum |w x| "
+	    "(worst %.2g)", ti->name, (long long)rows, (long long)cols, worst);
+out:
+	qmat_free(mp);
+	qmat_free(mm);
+	free(cause);
+	free(w);
+	free(x);
+	free(yp);
+	free(ym);
+	free(wf);
+}
+
 int
 main(void)
 {
@@ -221,6 +292,15 @@ main(void)
 			test_shape(pool, QUANT_ISA_AVX512, ft, 33, 75);
 			test_shape(pool, QUANT_ISA_AVX512, ft, 16, 1);
 			test_shape(pool, QUANT_ISA_AVX512, ft, 40, 2050);
+		}
+		/* Every repacked type against its kernel on the mapped rows. */
+		for (i = 0; i < KTU_NTYPES; i++) {
+			int bl = tensor_type_get(ktu_types[i])->block_elems;
+
+			if (bl == 1)
+				continue;
+			test_packed_vs_mapped(pool, ktu_types[i], 40, bl == 256 ? 768 : 160);
+			test_packed_vs_mapped(pool, ktu_types[i], 16, 256);
 		}
 	}
 	/* bf16 dot products for the float types, where the CPU has them. */
