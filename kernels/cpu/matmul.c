@@ -22,6 +22,11 @@
  * each token block starts to show.
  */
 #define AMX_ACT_BYTES	(1024 * 1024)
+/*
+ * Batches from this many tokens use the AMX kernels: each call widens its
+ * rows' weights for the tiles, which pays off only over several tiles.
+ */
+#define AMX_MIN_TOKENS	64
 
 /* Batches up to this many tokens walk the weights one row at a time. */
 #ifndef SMALL_BATCH
@@ -186,7 +191,7 @@ packed_worker(struct mul_job *job)
 	const struct qmat	*m = job->m;
 	const struct quant_kernel *k = &m->kern;
 	int64_t			 c, r, r0, r1;
-	int			 tb, t, t1, tt, row_step;
+	int			 tb, t, t1, tt, row_step, use_amx;
 
 	row_step = job->n_tok <= SMALL_BATCH ? 16 : k->pmr;
 	tb = (int)(ACT_BLOCK_BYTES / ((size_t)m->cols * 3));
@@ -194,7 +199,8 @@ packed_worker(struct mul_job *job)
 	if (tb < k->pnr)
 		tb = k->pnr;
 	/* AMX takes whole tiles of anr tokens; the rest of a block goes to pfn. */
-	if (k->afn != NULL && job->n_tok >= k->anr) {
+	use_amx = k->afn != NULL && job->n_tok >= AMX_MIN_TOKENS;
+	if (use_amx) {
 		tb = (int)(AMX_ACT_BYTES / ((size_t)m->cols * 5 / 4));
 		tb -= tb % k->anr;
 		if (tb < k->anr)
@@ -209,7 +215,7 @@ packed_worker(struct mul_job *job)
 			for (r = r0; r < r1; r += row_step) {
 				int mr = r + row_step <= r1 ? row_step : (int)(r1 - r);
 				tt = t;
-				if (k->afn != NULL && t1 - t >= k->anr) {
+				if (use_amx && t1 - t >= k->anr) {
 					int na = (t1 - t) - (t1 - t) % k->anr;
 
 					k->afn(m->packed, m->cols, r, mr, job->a, t, na,

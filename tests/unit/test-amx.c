@@ -25,8 +25,11 @@ static const uint32_t types[] = {
 static const int64_t rowcounts[] = { 16, 37, 64, 100 };
 /* Columns: one block, a partial pass of widened blocks, two passes and more. */
 static const int64_t colcounts[] = { 32, 96, 1056, 2080 };
-/* Tokens: one tile, tiles plus a tail, a tail longer than a tile. */
-static const int ntoks[] = { 16, 48, 61, 130 };
+/*
+ * Tokens: below the AMX threshold (64), tile pairs, pairs and a single
+ * tile, a tail left to AVX-512 longer than a tile, a short one.
+ */
+static const int ntoks[] = { 20, 64, 80, 111, 130 };
 #define MAXTOK	130
 
 /* AMX against AVX-512 on one type and shape, with 1 and 2 threads. */
