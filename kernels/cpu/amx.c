@@ -51,8 +51,9 @@ enum akind { A_Q4_0, A_Q8_0, A_Q4_1, A_Q5_0, A_Q5_1, A_IQ4_NL };
 #define PBLK(k)		(POFF_Q(k) + ((k) == A_Q8_0 ? 512 : 256))
 
 /*
- * Blocks widened per pass (32 KB of B tiles per group, on the stack): the
- * running sums of a token tile go through y once per pass.
+ * Blocks widened per pass (32 KB of B tiles per group, on the stack; with
+ * the sums about 84 KB of stack in all): the running sums of a token tile
+ * go through y once per pass.
  */
 #define CHUNK		64
 /* Blocks whose products are issued ahead of their scaling. */
@@ -183,9 +184,9 @@ block_sums(const int nt, const int ng, const int8_t *xq, int64_t stride,
 }
 
 /*
- * Scale and add the sums of blocks [i0, i1) of the pass into the running
- * sums acc of token tile ti and row group gi: one chain of operations per
- * output, in block order.
+ * Scale and add the sums of blocks [i0, i1) of the pass (product q of each)
+ * into the running sums accb of 16 tokens from tt by one row group: one
+ * chain of operations per output, in block order.
  */
 AI void
 block_scale(const enum akind kind, const uint8_t *gp, const struct qact *a, int tt,
@@ -227,9 +228,9 @@ block_scale(const enum akind kind, const uint8_t *gp, const struct qact *a, int 
 /*
  * One pass (cn blocks from b0) over nt 16-token tiles from tt and ng row
  * groups: the products of the next SUB blocks are issued before the
- * current ones are scaled, so the tile unit and the vector units overlap
- * and no load waits on a tile store just issued.  Between passes the
- * running sums wait in y (exactly, as floats).
+ * current ones are scaled, so that no vector load of sums directly follows
+ * the tile store that writes them.  Between passes the running sums wait
+ * in y (exactly, as floats).
  */
 AI void
 pass_tile(const enum akind kind, const int nt, const int ng, const uint8_t *gp0,
