@@ -22,6 +22,7 @@
 #include "gguf.h"
 #include "kvcache.h"
 #include "model.h"
+#include "amx.h"
 #include "quant.h"
 #include "util.h"
 
@@ -31,7 +32,7 @@
 
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-r REPS] [-t THREADS]\n"
-    "\t[--bw GBPS] [--bf16] [--no-repack] [--json] [--backend NAME]\n"
+    "\t[--bw GBPS] [--bf16] [--no-repack] [--no-amx] [--json] [--backend NAME]\n"
     "\t[--devices N[,N...]] [--collectives] [--graphs]";
 
 struct pb_opts {
@@ -52,6 +53,7 @@ struct pb_opts {
 	int		 collectives;	/* NCCL even for one GPU */
 	int		 graphs;	/* decode as CUDA graphs */
 	int		 no_repack;	/* keep every weight in the mapped file */
+	int		 no_amx;	/* keep large batches off the AMX tiles */
 };
 
 /* One test's samples and summary, in tokens/s. */
@@ -151,6 +153,10 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 		}
 		if (strcmp(a, "--no-repack") == 0) {
 			o->no_repack = 1;
+			continue;
+		}
+		if (strcmp(a, "--no-amx") == 0) {
+			o->no_amx = 1;
 			continue;
 		}
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -425,6 +431,8 @@ main(int argc, char **argv)
 	}
 	if (o.no_repack)
 		quant_allow_pack(0);
+	if (o.no_amx)
+		quant_allow_amx(0);
 	t_load = now_ns();
 	if ((p.m = model_load(o.model, &mo, NULL, NULL, &cause)) == NULL)
 		pb_die("%s: %s", o.model, cause);

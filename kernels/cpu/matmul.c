@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "amx.h"
 #include "matmul.h"
 #include "quant.h"
 #include "tensor_type.h"
@@ -15,6 +16,17 @@
 
 /* Bytes of prepared activations a token block may use (half of L2). */
 #define ACT_BLOCK_BYTES	(512 * 1024)
+/*
+ * The same for the AMX kernels, which read only the codes and scales (1.25
+ * bytes an element) and are fast enough that rereading the weights for
+ * each token block starts to show.
+ */
+#define AMX_ACT_BYTES	(1024 * 1024)
+/*
+ * Batches from this many tokens use the AMX kernels: each call widens its
+ * rows' weights for the tiles, which pays off only over several tiles.
+ */
+#define AMX_MIN_TOKENS	64
 
 /* Batches up to this many tokens walk the weights one row at a time. */
 #ifndef SMALL_BATCH
@@ -125,6 +137,8 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 		m->packed = p;
 		m->kern.pack(data, m->row_bytes, rows, cols, m->packed);
 		release_pages(data, (size_t)rows * m->row_bytes);
+		if (m->isa == QUANT_ISA_AVX512)
+			quant_amx_attach(&m->kern, type);
 	}
 	return (m);
 }
@@ -144,6 +158,13 @@ size_t
 qmat_packed_bytes(const struct qmat *m)
 {
 	return (m->packed_bytes);
+}
+
+/* Whether large batches run on the AMX tile unit. */
+int
+qmat_amx(const struct qmat *m)
+{
+	return (m->kern.afn != NULL);
 }
 
 /* Number of rows (outputs). */
@@ -170,13 +191,21 @@ packed_worker(struct mul_job *job)
 	const struct qmat	*m = job->m;
 	const struct quant_kernel *k = &m->kern;
 	int64_t			 c, r, r0, r1;
-	int			 tb, t, t1, tt, row_step;
+	int			 tb, t, t1, tt, row_step, use_amx;
 
 	row_step = job->n_tok <= SMALL_BATCH ? 16 : k->pmr;
 	tb = (int)(ACT_BLOCK_BYTES / ((size_t)m->cols * 3));
 	tb -= tb % k->pnr;
 	if (tb < k->pnr)
 		tb = k->pnr;
+	/* AMX takes whole tiles of anr tokens; the rest of a block goes to pfn. */
+	use_amx = k->afn != NULL && job->n_tok >= AMX_MIN_TOKENS;
+	if (use_amx) {
+		tb = (int)(AMX_ACT_BYTES / ((size_t)m->cols * 5 / 4));
+		tb -= tb % k->anr;
+		if (tb < k->anr)
+			tb = k->anr;
+	}
 	while ((c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) <
 	    job->nchunks) {
 		r0 = c * job->chunk_rows;
@@ -185,7 +214,15 @@ packed_worker(struct mul_job *job)
 			t1 = t + tb < job->n_tok ? t + tb : job->n_tok;
 			for (r = r0; r < r1; r += row_step) {
 				int mr = r + row_step <= r1 ? row_step : (int)(r1 - r);
-				for (tt = t; tt < t1; tt += k->pnr) {
+				tt = t;
+				if (use_amx && t1 - t >= k->anr) {
+					int na = (t1 - t) - (t1 - t) % k->anr;
+
+					k->afn(m->packed, m->cols, r, mr, job->a, t, na,
+					    job->y, job->ldy);
+					tt = t + na;
+				}
+				for (; tt < t1; tt += k->pnr) {
 					int nr = tt + k->pnr <= t1 ? k->pnr : t1 - tt;
 					k->pfn(m->packed, m->cols, r, mr, job->a, tt, nr,
 					    job->y, job->ldy);

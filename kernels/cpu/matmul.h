@@ -20,6 +20,8 @@ void		 qmat_free(struct qmat *);
 int64_t		 qmat_rows(const struct qmat *);
 /* Bytes of the weights' repacked copy, 0 when the mapped rows are used. */
 size_t		 qmat_packed_bytes(const struct qmat *);
+/* Whether batches of 64 tokens and more use the AMX tiles (amx.h). */
+int		 qmat_amx(const struct qmat *);
 
 /*
  * Y[t][r] = sum over c of W[r][c] * X[t][c] for t < n_tok.  X is n_tok x cols

@@ -137,6 +137,12 @@ struct quant_kernel {
 	int		 pnr;
 	int		 playout;	/* enum act_layout pfn reads */
 	quant_fill_fn	 pfill;
+	/*
+	 * Optional, set by quant_amx_attach() (amx.h): pfn on the AMX tile
+	 * unit for nr a multiple of anr tokens, with bit-identical results.
+	 */
+	quant_packed_fn	 afn;
+	int		 anr;
 };
 
 /*

@@ -2,10 +2,11 @@
  * bench-matmul: time qmat_mul on TinyLlama-1.1B shapes for every type.
  *
  * usage: bench-matmul [-t threads] [-r min_reps] [-T type,...] [-n ntok,...]
- *     [-s shape index] [-c weight copies] [-B] [-C] [-I variant]
+ *     [-s shape index] [-c weight copies] [-B] [-C] [-A] [-I variant]
  *
  * -B lets F16/BF16 weights use bf16 dot products (quant_allow_bf16_dot).
  * -U keeps every type on the mapped rows (quant_allow_pack(0)).
+ * -A keeps large batches off the AMX tiles (quant_allow_amx(0)).
  * -C times with the thread's CPU clock (one thread only): on a machine
  * shared with other work this removes the time the thread was not running.
  *
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "amx.h"
 #include "matmul.h"
 #include "quant.h"
 #include "tensor_type.h"
@@ -107,7 +109,7 @@ main(int argc, char **argv)
 	char			*cause = NULL, *tok, *str;
 	double			 secs[8][NSHAPES][16];
 
-	while ((ch = getopt(argc, argv, "BCUI:t:r:T:n:s:c:")) != -1) {
+	while ((ch = getopt(argc, argv, "ABCUI:t:r:T:n:s:c:")) != -1) {
 		switch (ch) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -145,6 +147,9 @@ main(int argc, char **argv)
 		case 'U':
 			quant_allow_pack(0);
 			break;
+		case 'A':
+			quant_allow_amx(0);
+			break;
 		case 'I':
 			for (k = 0; k < QUANT_ISA_COUNT; k++)
 				if (strcmp(quant_isa_name(k), optarg) == 0)
@@ -163,7 +168,7 @@ main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr, "usage: bench-matmul [-t threads] [-r reps] "
-			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies] [-B] [-C] [-U] [-I scalar|avx2|avx512]\n");
+			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies] [-B] [-C] [-U] [-A] [-I scalar|avx2|avx512]\n");
 			return (1);
 		}
 	}
@@ -175,9 +180,11 @@ main(int argc, char **argv)
 		fprintf(stderr, "%s\n", cause);
 		return (1);
 	}
-	printf("# variant %s%s, %d threads; median of >= %d runs; spread = "
+	printf("# variant %s%s%s, %d threads; median of >= %d runs; spread = "
 	    "(max - min) / median%s\n", quant_isa_name(quant_isa()),
-	    quant_bf16_dot_allowed() ? " (bf16 dot allowed)" : "", nthreads, min_reps,
+	    quant_bf16_dot_allowed() ? " (bf16 dot allowed)" : "",
+	    quant_amx_allowed() && quant_amx_supported() ? " (amx allowed)" : "",
+	    nthreads, min_reps,
 	    use_cpu_time ? "; thread CPU time" : "");
 	for (i = 0; i < ntypes; i++) {
 		const struct tensor_type_info *ti = tensor_type_get(types[i]);
