@@ -113,7 +113,7 @@ main(void)
 	struct threadpool	*pool;
 	struct qmat		*m;
 	char			*cause = NULL;
-	uint8_t			 wbuf[16 * 34 * 2];
+	uint8_t			 wbuf[16 * 64 * 2];	/* Q8_0 or F16, 16 x 64 */
 	size_t			 i, j, k;
 
 	if (quant_force_isa(QUANT_ISA_AVX512) != 0)
