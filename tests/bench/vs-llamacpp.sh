@@ -164,42 +164,13 @@ echo "vs-llamacpp: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')," \
     "load $(cut -d' ' -f1-3 /proc/loadavg)"
 # llama.cpp picks its AMX kernels from CPUID and the kernel's permission;
-# where tiles still fault (SIGILL, seen under some hypervisors, only for the
-# types it has AMX kernels for) the run is repeated, and every later one
+# where its tiles still fault (SIGILL on an unconfigured tile, as here, and
+# only for the types it has AMX kernels for) the run is repeated, and every later one
 # made, with arch_prctl's AMX request refused, so it falls back to its
 # AVX-512 repacked kernels, the best it can do there.
 PRE=
 noamx() {
-	cat >"$OUT/noamx.c" <<'EOC'
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <sys/syscall.h>
-/* syscall(2) with ARCH_REQ_XCOMP_PERM refused; the rest passed through. */
-long
-syscall(long n, ...)
-{
-	static long (*real)(long, ...);
-	va_list	ap;
-	long	a[6];
-	int	i;
-
-	va_start(ap, n);
-	for (i = 0; i < 6; i++)
-		a[i] = va_arg(ap, long);
-	va_end(ap);
-	if (n == SYS_arch_prctl && a[0] == 0x1023) {
-		errno = EPERM;
-		return (-1);
-	}
-	if (real == NULL)
-		real = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
-	return (real(n, a[0], a[1], a[2], a[3], a[4], a[5]));
-}
-EOC
-	cc -shared -fPIC -O2 -o "$OUT/noamx.so" "$OUT/noamx.c" -ldl
+	cc -shared -fPIC -O2 -o "$OUT/noamx.so" "$(dirname "$0")/noamx.c" -ldl
 	PRE=$OUT/noamx.so
 	echo "llama-bench: AMX faults on this machine (SIGILL): run with AMX refused"
 }
