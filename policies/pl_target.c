@@ -11,12 +11,16 @@
  * number of decodes, and keeps a long prompt moving at about
  * 1 - 1/tbt_factor of the machine while chats keep their pace.
  *
- * The chunk is the largest P whose forecast, corr * (a + b*P + c*D) plus
- * one residual standard deviation, stays under the target, bounded by
+ * The chunk is the largest P whose forecast, corr * (a + b*P + c*D) times
+ * 1 + 2 spread plus one residual standard deviation, stays under the
+ * target, bounded by
  * min_chunk and max_chunk and by twice the largest prefill measured (the
  * model is never extrapolated far).  corr is an EWMA of measured over
  * forecast iteration times: the fit lags when the cost drifts (attention
- * over a growing context), and corr closes that loop.
+ * over a growing context), and corr closes that loop.  spread is the
+ * relative deviation of those ratios around corr (an EWMA of squares, at
+ * most 0.15): iterations of one shape vary by several percent on a busy
+ * CPU, and the target is meant for the slowest of them, not the mean.
  *
  * With ttft_ms the chunk also grows so that the waiting and prefilling
  * prompts, served oldest first, finish within ttft_ms of their arrival by
@@ -38,6 +42,9 @@
 #define PL_AUTO_MIN_ROOM_MS	2.0
 /* With ttft_ms, iterations stretch at most this many times the target. */
 #define PL_TTFT_STRETCH	2.0
+/* Headroom: this many relative deviations, of at most PL_SPREAD_MAX. */
+#define PL_SPREAD_K	2.0
+#define PL_SPREAD_MAX	0.15
 
 /* Least-squares fit of t = a + b*P + c*D over the samples marked in use. */
 static int
@@ -225,7 +232,7 @@ pl_learn_update(struct pl_learn *l, const struct phased_view *v)
 {
 	const struct phased_iter_stat	*h;
 	uint32_t			 g = pl_slot(v), i, fresh;
-	double				 ms, ratio, c;
+	double				 ms, ratio, c, dev;
 
 	if (!l->primed[g])
 		fresh = v->n_hist;
@@ -256,6 +263,8 @@ pl_learn_update(struct pl_learn *l, const struct phased_view *v)
 			if (ratio > 3)
 				ratio = 3;
 			c = l->corr[g] == 0 ? 1 : l->corr[g];
+			dev = ratio / c - 1;
+			l->spread[g] += (dev * dev - l->spread[g]) / 8;
 			c += (ratio - c) / 4;
 			l->corr[g] = c < 0.7 ? 0.7 : c > 2.5 ? 2.5 : c;
 			l->n_corr++;
@@ -274,7 +283,8 @@ pl_chunk_for(const struct pl_target *t, const struct pl_chunk *c,
 	const struct pl_cost	*m = &c->cost;
 	double			 room, p, cc = m->c > 0 ? m->c : 0;
 
-	room = (limit_ms - m->sigma) / c->corr - m->a - cc * decodes;
+	room = (limit_ms - m->sigma) / (c->corr * (1 + PL_SPREAD_K *
+	    c->spread)) - m->a - cc * decodes;
 	if (room <= 0)
 		return (t->min_chunk);
 	if (m->b <= 1e-12)
@@ -342,6 +352,9 @@ pl_target_chunk(const struct pl_target *t, struct pl_learn *l,
 	memset(c, 0, sizeof *c);
 	c->chunk = UINT32_MAX;
 	c->corr = l->corr[g] > 0 ? l->corr[g] : 1;
+	c->spread = sqrt(l->spread[g]);
+	if (c->spread > PL_SPREAD_MAX)
+		c->spread = PL_SPREAD_MAX;
 	c->have_model = pl_cost_fit(v, &c->cost) == 0;
 	if (decodes == 0)
 		return;		/* no TBT to protect */

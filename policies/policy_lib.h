@@ -96,6 +96,7 @@ struct pl_learn {
 	int		primed[PL_MAX_GROUPS];
 	double		base_ms[PL_MAX_GROUPS];	/* decode-only iteration, EWMA */
 	double		corr[PL_MAX_GROUPS];	/* measured / forecast, EWMA */
+	double		spread[PL_MAX_GROUPS];	/* its relative variance, EWMA */
 	double		pred_ms[PL_MAX_GROUPS];	/* forecast of the last plan */
 	uint64_t	n_base, n_corr;		/* samples taken, all groups */
 };
@@ -107,6 +108,7 @@ struct pl_chunk {
 	int		have_model;	/* cost model fitted: forecasts valid */
 	struct pl_cost	cost;
 	double		corr;		/* forecast correction applied */
+	double		spread;		/* relative deviation of measured times */
 };
 
 /* Fit the cost model to the view's history, dropping outliers; 0 or -1. */
