@@ -42,6 +42,7 @@
 
 #include "pack_k_avx512.h"
 #include "quant.h"
+#include "tile_dispatch.h"
 
 #define AI	static inline __attribute__((always_inline))
 
@@ -400,24 +401,8 @@ void									\
 fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,			\
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
 {									\
-	if (mr > PG) {							\
-		switch (nr) {						\
-		case 1: kp_tile(kind, pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return; \
-		case 2: kp_tile(kind, pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return; \
-		case 3: kp_tile(kind, pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return; \
-		case 4: kp_tile(kind, pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return; \
-		case 5: kp_tile(kind, pw, cols, r0, 2, mr, a, t0, 5, y, ldy); return; \
-		default: kp_tile(kind, pw, cols, r0, 2, mr, a, t0, 6, y, ldy); return; \
-		}							\
-	}								\
-	switch (nr) {							\
-	case 1: kp_tile(kind, pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return; \
-	case 2: kp_tile(kind, pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return; \
-	case 3: kp_tile(kind, pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return; \
-	case 4: kp_tile(kind, pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return; \
-	case 5: kp_tile(kind, pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return; \
-	default: kp_tile(kind, pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return; \
-	}								\
+	TILE_DISPATCH(kp_tile, kind, PG, pw, cols, r0, mr, a, t0, nr, y,	\
+	    ldy);							\
 }
 
 KPDISPATCH(avx512_q2_k_packed, avx512_q2_k_pack, P_Q2_K)

@@ -30,6 +30,7 @@
 #include "pack_k_avx512.h"
 #include "quant.h"
 #include "tensor_type.h"
+#include "tile_dispatch.h"
 
 #define MR	4
 #define NR	4
@@ -1250,24 +1251,8 @@ static void								\
 fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,			\
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
 {									\
-	if (mr > PG) {							\
-		switch (nr) {						\
-		case 1: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return; \
-		case 2: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return; \
-		case 3: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return; \
-		case 4: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return; \
-		case 5: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 5, y, ldy); return; \
-		default: packed_tile(kind, pw, cols, r0, 2, mr, a, t0, 6, y, ldy); return; \
-		}							\
-	}								\
-	switch (nr) {							\
-	case 1: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return; \
-	case 2: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return; \
-	case 3: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return; \
-	case 4: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return; \
-	case 5: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return; \
-	default: packed_tile(kind, pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return; \
-	}								\
+	TILE_DISPATCH(packed_tile, kind, PG, pw, cols, r0, mr, a, t0, nr, y,	\
+	    ldy);							\
 }
 
 PDISPATCH(avx512_q4_0_packed, avx512_q4_0_pack, K_Q4_0)
