@@ -72,6 +72,8 @@ decode-reserved|policy=decode-reserved
 slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000
 disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1
 disaggregated-lend-off|policy=disaggregated groups=prefill:cpu0/decode:cpu1 policy.lend=off
+disaggregated-lend-prefill|policy=disaggregated groups=prefill:cpu0/decode:cpu1 policy.lend=prefill
+disaggregated-lend-decode|policy=disaggregated groups=prefill:cpu0/decode:cpu1 policy.lend=decode
 llama-server|llama-server"
 
 # Where llama.cpp's AMX kernels fault, llama-server runs with AMX refused.

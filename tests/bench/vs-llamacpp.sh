@@ -30,7 +30,8 @@
 # it the script says so and exits 0 (a skip, not a failure).
 #
 # Environment: TYPES (default: all below), ROUNDS (5), THREADS (2),
-# PP (512,2048: comma-separated prompt lengths), NG (128), IMATRIX, KEEP=1
+# PP (512,2048: comma-separated prompt lengths), NG (128; 0 leaves
+# generation out), IMATRIX, KEEP=1
 # keeps the raw per-run logs (the models in MODELDIR are always kept).
 set -eu
 B=${1:-.}
@@ -247,7 +248,7 @@ def ratio(a, b):
 
 
 # Tests as (key, label): each prompt length, then generation.
-tests = [("pp%d" % p, "pp%d" % p) for p in pps] + [("tg", "tg%d" % ng)]
+tests = [("pp%d" % p, "pp%d" % p) for p in pps] + ([("tg", "tg%d" % ng)] if ng > 0 else [])
 head = "| type |"
 rule = "|---|"
 for _, label in tests:
