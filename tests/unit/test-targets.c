@@ -178,22 +178,18 @@ test_auto_target(void)
 	free(t);
 }
 
-/* The machine slows down by half: the chunk follows what is measured. */
-static void
-test_correction(void)
+/*
+ * Run n iterations planned by pol, iteration i costing scale[i % 2] times
+ * the model 20 + 0.5 P with two decodes; the worst cost after the 40th.
+ */
+static double
+run_scaled(struct policy *pol, struct tv *t, int n, const double scale[2])
 {
-	struct tv	*t = calloc(1, sizeof *t);
-	struct policy	*cp = load("chunked-prefill", "tbt_p99_ms=100");
-	uint32_t	 p0, p, i;
-	double		 worst = 0, tc;
+	double	worst = 0, tc;
+	int	i;
 
-	model_view(t, 20, 0.5, 0, 2, 8, 40);
-	t->v.iteration = 50;
-	plan(cp, t);
-	p0 = prefill_planned(t);
-	/* Every iteration from now on costs 1.5x what the history says. */
-	for (i = 0; i < 60; i++) {
-		tc = 1.5 * cost(20, 0.5, 0, prefill_planned(t), 2);
+	for (i = 0; i < n; i++) {
+		tc = scale[i % 2] * cost(20, 0.5, 0, prefill_planned(t), 2);
 		if (i >= 40 && tc > worst)
 			worst = tc;
 		memmove(t->hist, t->hist + 1, 39 * sizeof *t->hist);
@@ -201,8 +197,27 @@ test_correction(void)
 		t->hist[39].decode_tokens = 2;
 		t->hist[39].duration_ns = (uint64_t)(tc * 1e6);
 		t->v.iteration++;
-		plan(cp, t);
+		plan(pol, t);
 	}
+	return (worst);
+}
+
+/* The machine slows down by half: the chunk follows what is measured. */
+static void
+test_correction(void)
+{
+	static const double slow[2] = { 1.5, 1.5 };
+	struct tv	*t = calloc(1, sizeof *t);
+	struct policy	*cp = load("chunked-prefill", "tbt_p99_ms=100");
+	uint32_t	 p0, p;
+	double		 worst;
+
+	model_view(t, 20, 0.5, 0, 2, 8, 40);
+	t->v.iteration = 50;
+	plan(cp, t);
+	p0 = prefill_planned(t);
+	/* Every iteration from now on costs 1.5x what the history says. */
+	worst = run_scaled(cp, t, 60, slow);
 	p = prefill_planned(t);
 	diag("slowdown: chunk %u before, %u after, worst iteration %.1f ms "
 	    "after 40", p0, p, worst);
@@ -216,32 +231,22 @@ test_correction(void)
 }
 
 /*
- * Iterations of one shape alternate 10% over and under the model: the
+ * Iterations of one shape alternate 10% under and over the model: the
  * chunk keeps headroom for the slow ones, so the worst stays in target.
  */
 static void
 test_spread(void)
 {
+	static const double noisy[2] = { 0.9, 1.1 };
 	struct tv	*t = calloc(1, sizeof *t);
 	struct policy	*cp = load("chunked-prefill", "tbt_p99_ms=100");
-	uint32_t	 i, p;
-	double		 worst = 0, tc;
+	uint32_t	 p;
+	double		 worst;
 
 	model_view(t, 20, 0.5, 0, 2, 8, 40);
 	t->v.iteration = 50;
 	plan(cp, t);
-	for (i = 0; i < 80; i++) {
-		tc = (i % 2 ? 1.1 : 0.9) * cost(20, 0.5, 0,
-		    prefill_planned(t), 2);
-		if (i >= 40 && tc > worst)
-			worst = tc;
-		memmove(t->hist, t->hist + 1, 39 * sizeof *t->hist);
-		t->hist[39].prefill_tokens = prefill_planned(t);
-		t->hist[39].decode_tokens = 2;
-		t->hist[39].duration_ns = (uint64_t)(tc * 1e6);
-		t->v.iteration++;
-		plan(cp, t);
-	}
+	worst = run_scaled(cp, t, 80, noisy);
 	p = prefill_planned(t);
 	diag("+-10%% noise: chunk %u, worst iteration %.1f ms after 40", p,
 	    worst);
