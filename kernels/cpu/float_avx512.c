@@ -146,6 +146,14 @@ load_pair(const uint32_t type, const uint8_t *gp, int64_t p, __m512 *e, __m512 *
 #ifndef XPF
 #define XPF	1536	/* bytes ahead to prefetch the activations */
 #endif
+/*
+ * Bytes ahead a one-token tile prefetches the weights: a decode step does
+ * one multiply-add per weight, too little to hide the memory latency of
+ * a prefetch only 1 KB ahead.
+ */
+#ifndef XPF1
+#define XPF1	4096
+#endif
 
 /*
  * Tokens per interleaved group: ACT_F32X_TOK, or all of a smaller batch, so
@@ -194,7 +202,8 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0, int
 		 * are fetched into L2 meanwhile, so the first tile of a group
 		 * does not wait on memory (the later ones find them there).
 		 */
-		_mm_prefetch((const char *)gp + 64 * p + 1024, _MM_HINT_T0);
+		_mm_prefetch((const char *)gp + 64 * p + (nr > 1 ? 1024 : XPF1),
+		    _MM_HINT_T0);
 		_mm_prefetch((const char *)gp + gb + 64 * p, _MM_HINT_T1);
 		_mm_prefetch((const char *)(x[0] + xs * p) + XPF, _MM_HINT_T0);
 		_mm_prefetch((const char *)(x[nr - 1] + xs * p) + XPF, _MM_HINT_T0);

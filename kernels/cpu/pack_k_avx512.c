@@ -314,7 +314,8 @@ kp_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 
 			/* The next super-block of this group: one stream per group. */
 			for (k = 0; k < KBLK(kind); k += 64)
-				_mm_prefetch((const char *)p + KBLK(kind) + k, _MM_HINT_T0);
+				_mm_prefetch((const char *)p + (nr > 1 ? KBLK(kind) :
+				    PF_DECODE) + k, _MM_HINT_T0);
 			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 			dm[g] = mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)
 			    (p + 32))) : _mm512_setzero_ps();

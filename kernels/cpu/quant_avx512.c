@@ -1042,6 +1042,7 @@ avx512_act_fill(struct qact *a, uint32_t type, int t0, int t1)
  * per output in block order, whatever the tile.
  */
 #define PG	16	/* rows per packed group */
+
 #define PMR	2	/* groups per tile */
 #define PNR	6	/* tokens per tile */
 
@@ -1150,22 +1151,35 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
 		xb[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
 	}
 	for (b = 0; b < nb; b++) {
-		__m512i	 ia[PMR][PNR];
+		__m512i	 ia[PMR][PNR], ic[PMR][4];
 		__m512	 ws[PMR], wm[PMR];
 
 #pragma GCC unroll 2
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * PBLK(kind);
 
-			/* The next blocks of this group: one stream per group. */
+			/*
+			 * The next blocks of this group: one stream per group,
+			 * fetched further ahead for a single token (see PF_DECODE).
+			 */
 			for (k = 0; k < PBLK(kind); k += 64)
-				_mm_prefetch((const char *)p + 1024 + k, _MM_HINT_T0);
+				_mm_prefetch((const char *)p + (nr > 1 ? 1024 :
+				    PF_DECODE) + k, _MM_HINT_T0);
 			ws[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 			wm[g] = P_MINS(kind) ? _mm512_cvtph_ps(_mm256_loadu_si256(
 			    (const __m256i *)(p + POFF_M))) : _mm512_setzero_ps();
 #pragma GCC unroll 6
 			for (j = 0; j < nr; j++)
 				ia[g][j] = _mm512_set1_epi32(xb[j][b]);
+			/*
+			 * A single token has one integer chain per group: split it
+			 * in four so the dot products do not wait on each other's
+			 * latency (integer sums, so the result is the same).
+			 */
+			if (nr == 1) {
+				ic[g][0] = ia[g][0];
+				ic[g][1] = ic[g][2] = ic[g][3] = _mm512_setzero_si512();
+			}
 		}
 #pragma GCC unroll 8
 		for (k = 0; k < nk; k++) {
@@ -1201,6 +1215,21 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
 					    _mm512_maskz_mov_epi8(mh, _mm512_set1_epi8(0x10)));
 				}
 			}
+			if (nr == 1) {
+				const int8_t *x = xq[0] + 32 * b;
+				__m512i	xl = bcast4(x + 4 * k);
+				__m512i	xh = kind == K_Q8_0 ? xl : bcast4(x + 16 + 4 * k);
+				const int c = kind == K_Q8_0 ? (k & 3) : 2 * (k & 1);
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					ic[g][c] = _mm512_dpbusd_epi32(ic[g][c], u[g], xl);
+					if (kind != K_Q8_0)
+						ic[g][c + 1] = _mm512_dpbusd_epi32(ic[g][c + 1],
+						    u2[g], xh);
+				}
+				continue;
+			}
 #pragma GCC unroll 6
 			for (j = 0; j < nr; j++) {
 				const int8_t *x = xq[j] + 32 * b;
@@ -1214,6 +1243,12 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
 						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u2[g], xh);
 				}
 			}
+		}
+		if (nr == 1) {
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++)
+				ia[g][0] = _mm512_add_epi32(_mm512_add_epi32(ic[g][0],
+				    ic[g][1]), _mm512_add_epi32(ic[g][2], ic[g][3]));
 		}
 #pragma GCC unroll 6
 		for (j = 0; j < nr; j++) {
@@ -1349,7 +1384,8 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
 			for (k = 0; k < K4BLK; k += 64)
-				_mm_prefetch((const char *)p + K4BLK + k, _MM_HINT_T0);
+				_mm_prefetch((const char *)p + (nr > 1 ? K4BLK : PF_DECODE) + k,
+				    _MM_HINT_T0);
 			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 			dm[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
 		}
@@ -1545,7 +1581,8 @@ q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 			const uint8_t *p = gp[g] + (size_t)b * K6BLK;
 
 			for (k = 0; k < K6BLK; k += 64)
-				_mm_prefetch((const char *)p + K6BLK + k, _MM_HINT_T0);
+				_mm_prefetch((const char *)p + (nr > 1 ? K6BLK : PF_DECODE) + k,
+				    _MM_HINT_T0);
 			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 		}
 #pragma GCC unroll 16
