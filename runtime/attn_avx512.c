@@ -40,18 +40,17 @@
 
 /*
  * e^x for sixteen x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, a degree-6
- * polynomial for e^r (relative error about 1e-7) scaled by 2^n.  Below -87
- * (masked scores are -inf) the result is exactly 0.
+ * polynomial for e^r (relative error about 1e-7) scaled by 2^n.  x is
+ * first raised to -87 (e^-87 is about 1.6e-38), which keeps -inf and huge
+ * negative differences away from the reduction; callers zero the lanes
+ * that must be exactly 0.
  */
 AI __m512
 exp16(__m512 x)
 {
-	const __m512	lo = _mm512_set1_ps(-87.0f);
-	__mmask16	under;
-	__m512		n, r, p;
+	__m512	n, r, p;
 
-	under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-	x = _mm512_mask_mov_ps(x, under, lo);
+	x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
 	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
 	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
@@ -63,8 +62,7 @@ exp16(__m512 x)
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	p = _mm512_scalef_ps(p, n);
-	return (_mm512_maskz_mov_ps((__mmask16)~under, p));
+	return (_mm512_scalef_ps(p, n));
 }
 
 /*
@@ -200,8 +198,8 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 	const __m512	ninf = _mm512_set1_ps(-INFINITY);
 	const __m512i	lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
 			    10, 11, 12, 13, 14, 15);
-	__m512		x[KVEC], m, t, sum;
-	__mmask16	keep;
+	__m512		x[KVEC], m, mold, t, sum;
+	__mmask16	keep[KVEC];
 	float		*sr, mnew, f;
 	int		 r, v, j;
 
@@ -214,34 +212,45 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 		UNROLL
 		for (v = 0; v < KVEC; v++) {
 			x[v] = _mm512_loadu_ps(sr + 16 * v);
+			keep[v] = 0xffff;
 			if (lo > 16 * v || hi < 16 * v + 16) {
 				__m512i idx = _mm512_add_epi32(lane,
 				    _mm512_set1_epi32(16 * v));
 
-				keep = _mm512_cmp_epi32_mask(idx,
+				keep[v] = _mm512_cmp_epi32_mask(idx,
 				    _mm512_set1_epi32(lo), _MM_CMPINT_NLT) &
 				    _mm512_cmp_epi32_mask(idx,
 				    _mm512_set1_epi32(hi), _MM_CMPINT_LT);
-				x[v] = _mm512_mask_mov_ps(ninf, keep, x[v]);
+				x[v] = _mm512_mask_mov_ps(ninf, keep[v], x[v]);
 			}
 		}
 		m = x[0];
 		UNROLL
 		for (v = 1; v < KVEC; v++)
 			m = _mm512_max_ps(m, x[v]);
-		f = _mm512_reduce_max_ps(m);
-		mnew = mx[r] > f ? mx[r] : f;
-		/* e^0 is exactly 1: skip it while the maximum holds. */
-		if (mnew == mx[r])
-			sc[r] = 1.0f;
-		else	/* 0 at the start */
-			sc[r] = _mm512_cvtss_f32(exp16(_mm512_set1_ps(mx[r] -
-			    mnew)));
-		mx[r] = mnew;
-		m = _mm512_set1_ps(mnew);
+		/*
+		 * e^0 is exactly 1: skip it while the maximum holds, and the
+		 * reduction too when no lane passes it (most tiles after the
+		 * first few).
+		 */
+		mold = _mm512_set1_ps(mx[r]);
+		sc[r] = 1.0f;
+		if (_mm512_cmp_ps_mask(m, mold, _CMP_GT_OQ) != 0) {
+			f = _mm512_reduce_max_ps(m);
+			mnew = mx[r] > f ? mx[r] : f;
+			if (mnew != mx[r]) {
+				sc[r] = mx[r] == -INFINITY ? 0.0f :
+				    _mm512_cvtss_f32(exp16(_mm512_set1_ps(
+				    mx[r] - mnew)));
+				mx[r] = mnew;
+				mold = _mm512_set1_ps(mnew);
+			}
+		}
 		UNROLL
 		for (v = 0; v < KVEC; v++) {
-			x[v] = exp16(_mm512_sub_ps(x[v], m));
+			x[v] = exp16(_mm512_sub_ps(x[v], mold));
+			if (keep[v] != 0xffff)	/* masked keys weigh 0 */
+				x[v] = _mm512_maskz_mov_ps(keep[v], x[v]);
 			_mm512_storeu_ps(sr + 16 * v, x[v]);
 		}
 		sum = x[0];
@@ -249,8 +258,9 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 		for (v = 1; v < KVEC; v++)
 			sum = _mm512_add_ps(sum, x[v]);
 		t = _mm512_loadu_ps(ls + (size_t)16 * r);
-		t = _mm512_add_ps(_mm512_mul_ps(t, _mm512_set1_ps(sc[r])), sum);
-		_mm512_storeu_ps(ls + (size_t)16 * r, t);
+		if (sc[r] != 1.0f)
+			t = _mm512_mul_ps(t, _mm512_set1_ps(sc[r]));
+		_mm512_storeu_ps(ls + (size_t)16 * r, _mm512_add_ps(t, sum));
 	}
 }
 
