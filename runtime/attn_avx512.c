@@ -384,6 +384,31 @@ gather(struct attn_st *st, uint32_t t0, int x0, int tn)
 		}
 }
 
+/*
+ * Ask for the pages of positions t0..t0+tn-1 in the second-level cache:
+ * the next tile's keys and values arrive while this tile is worked on.
+ */
+static void
+prefetch_tile(const struct attn_st *st, uint32_t t0, int tn)
+{
+	const struct attn_job	*j = st->j;
+	const struct kv_pool	*pool = j->pool;
+	const uint32_t		 bs = pool->layout.block_size;
+	const size_t		 bytes = (size_t)st->hd * bs * pool->elem_size;
+	const char		*k, *v;
+	uint32_t		 p;
+	size_t			 o;
+
+	for (p = t0 - t0 % bs; p < t0 + (uint32_t)tn; p += bs) {
+		k = kv_block_k(pool, j->blocks[p / bs], j->layer, j->kv_head);
+		v = kv_block_v(pool, j->blocks[p / bs], j->layer, j->kv_head);
+		for (o = 0; o < bytes; o += 64) {
+			_mm_prefetch(k + o, _MM_HINT_T1);
+			_mm_prefetch(v + o, _MM_HINT_T1);
+		}
+	}
+}
+
 /* Round a float count up to whole 64-byte lines. */
 static size_t
 lines(size_t n)
@@ -452,6 +477,9 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 		t0 = (uint32_t)kt * KT;
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
 		gather(&st, t0, first > t0 ? (int)(first - t0) : 0, tn);
+		if (last >= t0 + KT)
+			prefetch_tile(&st, t0 + KT, last - (t0 + KT) + 1 < KT ?
+			    (int)(last - (t0 + KT) + 1) : KT);
 		/*
 		 * Consecutive tokens that see the whole tile are stepped as
 		 * one run of rows; the others one token at a time with their
