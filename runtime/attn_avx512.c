@@ -39,32 +39,31 @@
 #define UNROLL	_Pragma("GCC unroll 16")
 
 /*
- * e^x for sixteen x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, a degree-6
- * polynomial for e^r (relative error about 1e-7) scaled by 2^n.  Below -87
- * (masked scores are -inf) the result is exactly 0.
+ * e^x for sixteen x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, a degree-5
+ * polynomial for e^r scaled by 2^n: 1 + r q(r), q fitted at the Chebyshev
+ * nodes of the interval, within 2.2e-7 of e^r when evaluated in floats (as
+ * close as the degree-6 Taylor polynomial, one FMA less).  x is
+ * first raised to -87 (e^-87 is about 1.6e-38), which keeps -inf and huge
+ * negative differences away from the reduction; callers zero the lanes
+ * that must be exactly 0.
  */
 AI __m512
 exp16(__m512 x)
 {
-	const __m512	lo = _mm512_set1_ps(-87.0f);
-	__mmask16	under;
-	__m512		n, r, p;
+	__m512	n, r, p;
 
-	under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-	x = _mm512_mask_mov_ps(x, under, lo);
+	x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
 	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
 	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
 	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-	p = _mm512_set1_ps(1.0f / 720);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_set1_ps(0.008363774046301842f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.04187985509634018f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.16666573286056519f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.4999934732913971f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	p = _mm512_scalef_ps(p, n);
-	return (_mm512_maskz_mov_ps((__mmask16)~under, p));
+	return (_mm512_scalef_ps(p, n));
 }
 
 /*
@@ -200,8 +199,8 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 	const __m512	ninf = _mm512_set1_ps(-INFINITY);
 	const __m512i	lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
 			    10, 11, 12, 13, 14, 15);
-	__m512		x[KVEC], m, t, sum;
-	__mmask16	keep;
+	__m512		x[KVEC], m, mold, t, sum;
+	__mmask16	keep[KVEC];
 	float		*sr, mnew, f;
 	int		 r, v, j;
 
@@ -214,34 +213,45 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 		UNROLL
 		for (v = 0; v < KVEC; v++) {
 			x[v] = _mm512_loadu_ps(sr + 16 * v);
+			keep[v] = 0xffff;
 			if (lo > 16 * v || hi < 16 * v + 16) {
 				__m512i idx = _mm512_add_epi32(lane,
 				    _mm512_set1_epi32(16 * v));
 
-				keep = _mm512_cmp_epi32_mask(idx,
+				keep[v] = _mm512_cmp_epi32_mask(idx,
 				    _mm512_set1_epi32(lo), _MM_CMPINT_NLT) &
 				    _mm512_cmp_epi32_mask(idx,
 				    _mm512_set1_epi32(hi), _MM_CMPINT_LT);
-				x[v] = _mm512_mask_mov_ps(ninf, keep, x[v]);
+				x[v] = _mm512_mask_mov_ps(ninf, keep[v], x[v]);
 			}
 		}
 		m = x[0];
 		UNROLL
 		for (v = 1; v < KVEC; v++)
 			m = _mm512_max_ps(m, x[v]);
-		f = _mm512_reduce_max_ps(m);
-		mnew = mx[r] > f ? mx[r] : f;
-		/* e^0 is exactly 1: skip it while the maximum holds. */
-		if (mnew == mx[r])
-			sc[r] = 1.0f;
-		else	/* 0 at the start */
-			sc[r] = _mm512_cvtss_f32(exp16(_mm512_set1_ps(mx[r] -
-			    mnew)));
-		mx[r] = mnew;
-		m = _mm512_set1_ps(mnew);
+		/*
+		 * e^0 is exactly 1: skip it while the maximum holds, and the
+		 * reduction too when no lane passes it (most tiles after the
+		 * first few).
+		 */
+		mold = _mm512_set1_ps(mx[r]);
+		sc[r] = 1.0f;
+		if (_mm512_cmp_ps_mask(m, mold, _CMP_GT_OQ) != 0) {
+			f = _mm512_reduce_max_ps(m);
+			mnew = mx[r] > f ? mx[r] : f;
+			if (mnew != mx[r]) {
+				sc[r] = mx[r] == -INFINITY ? 0.0f :
+				    _mm512_cvtss_f32(exp16(_mm512_set1_ps(
+				    mx[r] - mnew)));
+				mx[r] = mnew;
+				mold = _mm512_set1_ps(mnew);
+			}
+		}
 		UNROLL
 		for (v = 0; v < KVEC; v++) {
-			x[v] = exp16(_mm512_sub_ps(x[v], m));
+			x[v] = exp16(_mm512_sub_ps(x[v], mold));
+			if (keep[v] != 0xffff)	/* masked keys weigh 0 */
+				x[v] = _mm512_maskz_mov_ps(keep[v], x[v]);
 			_mm512_storeu_ps(sr + 16 * v, x[v]);
 		}
 		sum = x[0];
@@ -249,8 +259,9 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 		for (v = 1; v < KVEC; v++)
 			sum = _mm512_add_ps(sum, x[v]);
 		t = _mm512_loadu_ps(ls + (size_t)16 * r);
-		t = _mm512_add_ps(_mm512_mul_ps(t, _mm512_set1_ps(sc[r])), sum);
-		_mm512_storeu_ps(ls + (size_t)16 * r, t);
+		if (sc[r] != 1.0f)
+			t = _mm512_mul_ps(t, _mm512_set1_ps(sc[r]));
+		_mm512_storeu_ps(ls + (size_t)16 * r, _mm512_add_ps(t, sum));
 	}
 }
 
@@ -374,6 +385,31 @@ gather(struct attn_st *st, uint32_t t0, int x0, int tn)
 		}
 }
 
+/*
+ * Ask for the pages of positions t0..t0+tn-1 in the second-level cache:
+ * the next tile's keys and values arrive while this tile is worked on.
+ */
+static void
+prefetch_tile(const struct attn_st *st, uint32_t t0, int tn)
+{
+	const struct attn_job	*j = st->j;
+	const struct kv_pool	*pool = j->pool;
+	const uint32_t		 bs = pool->layout.block_size;
+	const size_t		 bytes = (size_t)st->hd * bs * pool->elem_size;
+	const char		*k, *v;
+	uint32_t		 p;
+	size_t			 o;
+
+	for (p = t0 - t0 % bs; p < t0 + (uint32_t)tn; p += bs) {
+		k = kv_block_k(pool, j->blocks[p / bs], j->layer, j->kv_head);
+		v = kv_block_v(pool, j->blocks[p / bs], j->layer, j->kv_head);
+		for (o = 0; o < bytes; o += 64) {
+			_mm_prefetch(k + o, _MM_HINT_T1);
+			_mm_prefetch(v + o, _MM_HINT_T1);
+		}
+	}
+}
+
 /* Round a float count up to whole 64-byte lines. */
 static size_t
 lines(size_t n)
@@ -442,6 +478,9 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 		t0 = (uint32_t)kt * KT;
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
 		gather(&st, t0, first > t0 ? (int)(first - t0) : 0, tn);
+		if (last >= t0 + KT)
+			prefetch_tile(&st, t0 + KT, last - (t0 + KT) + 1 < KT ?
+			    (int)(last - (t0 + KT) + 1) : KT);
 		/*
 		 * Consecutive tokens that see the whole tile are stepped as
 		 * one run of rows; the others one token at a time with their
