@@ -1,50 +1,82 @@
-/* emu-backend.c: the calls of emu-backend.h, done in order on the host. */
+/* emu-backend.c: the calls of emu-backend.h, queued on the emulation's streams. */
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "emu-backend.h"
 
-/* A stream handle: any distinct non-NULL pointer will do. */
-static char	emu_stream_token;
-
-/* Work runs when it is launched, so every stream is the same one. */
+/* A stream of the emulation (emu.cc): deferred when emu_streams_defer is on. */
 cudaError_t
 cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
 {
 	(void)flags;
-	*s = (cudaStream_t)(void *)&emu_stream_token;
+	*s = emu_stream_new();
 	return (cudaSuccess);
 }
 
-/* Nothing to free for a stream. */
+/* Free a stream once its work has run. */
 cudaError_t
 cudaStreamDestroy(cudaStream_t s)
 {
-	(void)s;
+	emu_stream_free(s);
 	return (cudaSuccess);
 }
 
-/* A copy done now: earlier work on the stream has already run. */
+/* A copy or fill queued on a stream. */
+struct emu_copy {
+	void		*d;
+	const void	*s;
+	size_t		 n;
+	int		 fill, v;
+};
+
+/* Do a queued copy or fill and free its record. */
+static void
+emu_copy_run(void *arg)
+{
+	struct emu_copy	*c = arg;
+
+	if (c->fill)
+		memset(c->d, c->v, c->n);
+	else
+		memmove(c->d, c->s, c->n);
+	free(c);
+}
+
+/* Queue a copy or fill on st. */
+static cudaError_t
+emu_copy_queue(void *d, const void *s, size_t n, int fill, int v,
+    cudaStream_t st)
+{
+	struct emu_copy	*c;
+
+	if (emu_capturing())
+		return (cudaErrorInvalidValue);	/* not recorded */
+	if ((c = malloc(sizeof *c)) == NULL)
+		return (cudaErrorMemoryAllocation);
+	c->d = d;
+	c->s = s;
+	c->n = n;
+	c->fill = fill;
+	c->v = v;
+	emu_stream_op(st, emu_copy_run, c);
+	return (cudaSuccess);
+}
+
+/* A copy in stream order (device memory is host memory). */
 cudaError_t
 cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
     cudaStream_t st)
 {
-	(void)st;
-	if (emu_capturing())
-		return (cudaErrorInvalidValue);	/* not recorded */
-	return (cudaMemcpy(d, s, n, k));
+	(void)k;
+	return (emu_copy_queue(d, s, n, 0, 0, st));
 }
 
-/* A fill done now. */
+/* A fill in stream order. */
 cudaError_t
 cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
 {
-	(void)st;
-	if (emu_capturing())
-		return (cudaErrorInvalidValue);
-	memset(d, v, n);
-	return (cudaSuccess);
+	return (emu_copy_queue(d, NULL, n, 1, v, st));
 }
 
 /* A copy between devices, which are all host memory here. */
@@ -54,9 +86,7 @@ cudaMemcpyPeerAsync(void *d, int dd, const void *s, int sd, size_t n,
 {
 	(void)dd;
 	(void)sd;
-	(void)st;
-	memmove(d, s, n);
-	return (cudaSuccess);
+	return (emu_copy_queue(d, s, n, 0, 0, st));
 }
 
 /* Pinned memory is ordinary memory here. */

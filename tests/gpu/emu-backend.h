@@ -2,8 +2,8 @@
  * emu-backend.h: the runtime calls kernels/cuda/backend_cuda.c makes beyond those
  * the kernels' emulation (tests/gpu/emu) serves: streams, asynchronous and
  * peer copies, pinned memory.  Force-included when the backend is compiled
- * for tests/gpu/emu-engine-check.sh; emu-backend.c serves them, in order,
- * on the host, which is what one stream does.
+ * for tests/gpu/emu-engine-check.sh; emu-backend.c serves them on the
+ * emulation's streams (emu.cc), in order on each.
  */
 #ifndef PHASED_EMU_BACKEND_H
 #define PHASED_EMU_BACKEND_H

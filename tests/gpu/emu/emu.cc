@@ -15,12 +15,22 @@
  * floats), so reading what no kernel wrote shows.  Not emulated: timing,
  * memory-model races between unsynchronized threads, and GPU rounding of
  * expf/logf (the host's is used).
+ *
+ * Streams run their work when it is queued, unless they were created while
+ * emu_streams_defer() was on: such a stream holds its work (launches,
+ * products, copies, NCCL groups, waits) until the host waits for it (a
+ * stream, event or device synchronization, or another stream's
+ * cudaStreamWaitEvent on one of its events), so the work of a real GPU that
+ * has not finished yet shows as not done (cudaEventQuery says so) and code
+ * that forgets to order its streams reads what was not written yet.
  */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <ucontext.h>
 
+#include <deque>
+#include <memory>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -229,9 +239,52 @@ emu_capturing(void)
 
 static void emu_run_launch(dim3, dim3, size_t, std::function<void()>);
 
-/* Run a kernel launch synchronously, or record it in the capture. */
+/*
+ * A stream: the work queued and not run yet (only a deferred stream keeps
+ * any), and counts of the operations queued and run, which events name.
+ */
+struct CUstream_st {
+	std::deque<std::function<void()>>	 q;
+	bool					 deferred;
+	uint64_t				 queued, done;
+};
+struct CUevent_st {
+	CUstream_st	*s;		/* NULL: never recorded */
+	uint64_t	 seq;		/* done when s->done reaches it */
+};
+static std::vector<CUstream_st *>	 streams;
+static bool				 defer_new;
+
+/* Run s's work until op number upto has run. */
+static void
+emu_drain(CUstream_st *s, uint64_t upto)
+{
+	while (s->done < upto) {
+		std::function<void()> op = std::move(s->q.front());
+
+		s->q.pop_front();
+		op();
+		s->done++;
+	}
+}
+
+/* Queue op on s (run now unless s is deferred). */
+static void
+emu_enqueue(cudaStream_t s, std::function<void()> op)
+{
+	if (s == NULL || !s->deferred) {
+		op();
+		if (s != NULL)
+			s->queued++, s->done++;
+		return;
+	}
+	s->q.push_back(std::move(op));
+	s->queued++;
+}
+
+/* Run a kernel launch on its stream, or record it in the capture. */
 void
-emu_launch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t,
+emu_launch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t s,
     std::function<void()> fn)
 {
 	if (capture != NULL) {
@@ -240,7 +293,7 @@ emu_launch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t,
 		});
 		return;
 	}
-	emu_run_launch(grid, block, smem_bytes, fn);
+	emu_enqueue(s, [=]() { emu_run_launch(grid, block, smem_bytes, fn); });
 }
 
 /* Run a kernel launch now. */
@@ -304,12 +357,15 @@ cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long)
 
 /* Replay a graph now. */
 cudaError_t
-cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t)
+cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
 {
 	if (capture != NULL)
 		return cudaErrorInvalidValue;
-	for (auto &op : x->ops)
-		op();
+	std::vector<std::function<void()>> ops = x->ops;
+	emu_enqueue(s, [ops]() {
+		for (auto &op : ops)
+			op();
+	});
 	return cudaSuccess;
 }
 
@@ -356,19 +412,196 @@ cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
 	return cudaSuccess;
 }
 
-/* Launches run synchronously: there is never anything to wait for. */
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+/* Run every stream's held work. */
+cudaError_t
+cudaDeviceSynchronize(void)
+{
+	bool	again = true;
+
+	if (capture != NULL)
+		return cudaErrorInvalidValue;
+	while (again) {
+		again = false;
+		for (size_t i = 0; i < streams.size(); i++) {
+			if (streams[i]->done < streams[i]->queued) {
+				emu_drain(streams[i], streams[i]->queued);
+				again = true;
+			}
+		}
+	}
+	return cudaSuccess;
+}
+
 /* Waiting on a stream being captured is an error, as on a GPU. */
 cudaError_t
-cudaStreamSynchronize(cudaStream_t)
+cudaStreamSynchronize(cudaStream_t s)
 {
-	return capture != NULL ? cudaErrorInvalidValue : cudaSuccess;
+	if (capture != NULL)
+		return cudaErrorInvalidValue;
+	if (s != NULL)
+		emu_drain(s, s->queued);
+	return cudaSuccess;
 }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = NULL; return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+
+/* An event that has not been recorded yet (it counts as done). */
+cudaError_t
+cudaEventCreate(cudaEvent_t *e)
+{
+	*e = new CUevent_st();
+	return cudaSuccess;
+}
+
+/* Flags change nothing in the emulation. */
+cudaError_t
+cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int)
+{
+	return cudaEventCreate(e);
+}
+
+/* Free an event; work it marks goes on. */
+cudaError_t
+cudaEventDestroy(cudaEvent_t e)
+{
+	delete e;
+	return cudaSuccess;
+}
+
+/* Mark the point of s's queue reached so far (NULL: everything so far). */
+cudaError_t
+cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	if (e == NULL || capture != NULL)
+		return cudaErrorInvalidValue;
+	if (s == NULL)
+		cudaDeviceSynchronize();
+	e->s = s;
+	e->seq = s != NULL ? s->queued : 0;
+	return cudaSuccess;
+}
+
+/* Whether the work before the event's record has run. */
+cudaError_t
+cudaEventQuery(cudaEvent_t e)
+{
+	if (e == NULL)
+		return cudaErrorInvalidValue;
+	return e->s == NULL || e->s->done >= e->seq ? cudaSuccess :
+	    cudaErrorNotReady;
+}
+
+/* Run the work before the event's record. */
+cudaError_t
+cudaEventSynchronize(cudaEvent_t e)
+{
+	if (e == NULL)
+		return cudaErrorInvalidValue;
+	if (e->s != NULL)
+		emu_drain(e->s, e->seq);
+	return cudaSuccess;
+}
+
+/* Make s's later work wait for the event's record as it is now. */
+cudaError_t
+cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int)
+{
+	CUstream_st	*es;
+	uint64_t	 seq;
+
+	if (e == NULL || capture != NULL)
+		return cudaErrorInvalidValue;
+	if ((es = e->s) == NULL || es->done >= e->seq)
+		return cudaSuccess;
+	seq = e->seq;
+	emu_enqueue(s, [es, seq]() { emu_drain(es, seq); });
+	return cudaSuccess;
+}
+
+/* A stream; deferred when made while emu_streams_defer() is on. */
+cudaStream_t
+emu_stream_new(void)
+{
+	CUstream_st	*s = new CUstream_st();
+
+	s->deferred = defer_new;
+	streams.push_back(s);
+	return s;
+}
+
+/* Run a stream's held work and free it. */
+void
+emu_stream_free(cudaStream_t s)
+{
+	if (s == NULL)
+		return;
+	emu_drain(s, s->queued);
+	for (size_t i = 0; i < streams.size(); i++)
+		if (streams[i] == s) {
+			streams.erase(streams.begin() + i);
+			break;
+		}
+	delete s;
+}
+
+/* Whether streams made from now on hold their work (see the top). */
+void
+emu_streams_defer(int on)
+{
+	defer_new = on != 0;
+}
+
+/* Whether s holds its work. */
+int
+emu_stream_deferred(cudaStream_t s)
+{
+	return s != NULL && s->deferred;
+}
+
+/* Queue fn(arg) on s. */
+void
+emu_stream_op(cudaStream_t s, void (*fn)(void *), void *arg)
+{
+	emu_enqueue(s, [fn, arg]() { fn(arg); });
+}
+
+/*
+ * Queue fn(arg) on n streams at once, as a collective is: it runs once,
+ * when the first of them reaches it, after the work queued before it on
+ * every one.  Unless all n hold their work it runs now.
+ */
+void
+emu_stream_op_multi(cudaStream_t *s, int n, void (*fn)(void *), void *arg)
+{
+	struct multi {
+		std::vector<std::pair<CUstream_st *, uint64_t>> at;
+		bool	done;
+	};
+	int	i, all = n > 0;
+
+	for (i = 0; i < n; i++)
+		all &= emu_stream_deferred(s[i]);
+	if (!all) {
+		for (i = 0; i < n; i++)
+			if (s[i] != NULL)
+				emu_drain(s[i], s[i]->queued);
+		fn(arg);
+		return;
+	}
+	auto m = std::make_shared<multi>();
+	m->done = false;
+	for (i = 0; i < n; i++)
+		m->at.push_back({ s[i], s[i]->queued });
+	for (i = 0; i < n; i++) {
+		emu_enqueue(s[i], [m, fn, arg]() {
+			if (m->done)
+				return;
+			m->done = true;
+			for (auto &p : m->at)
+				emu_drain(p.first, p.second);
+			fn(arg);
+		});
+	}
+}
 
 /* No timing in the emulation. */
 cudaError_t
@@ -437,26 +670,33 @@ cudaGetErrorString(cudaError_t e)
 
 }
 
-/* A cuBLAS handle is a token. */
+/* A cuBLAS handle: the stream its products go on. */
+struct cublasContext {
+	cudaStream_t	 s;
+};
+
+/* A handle on the NULL stream. */
 cublasStatus_t
 cublasCreate(cublasHandle_t *h)
 {
-	*h = (cublasHandle_t)malloc(1);
+	*h = new cublasContext();
+	(*h)->s = NULL;
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Free the token. */
+/* Free a handle. */
 cublasStatus_t
 cublasDestroy(cublasHandle_t h)
 {
-	free(h);
+	delete h;
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Streams do not exist in the emulation. */
+/* Put the handle's products on s. */
 cublasStatus_t
-cublasSetStream(cublasHandle_t, cudaStream_t)
+cublasSetStream(cublasHandle_t h, cudaStream_t s)
 {
+	h->s = s;
 	return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -514,36 +754,45 @@ emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 
 /* Run a product now, or record it in the capture (its scalars by value). */
 static cublasStatus_t
-emu_gemm_queue(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-    int k, float alpha, const void *A, cudaDataType_t at, int lda,
-    const void *B, cudaDataType_t bt, int ldb, float beta, float *C, int ldc)
+emu_gemm_queue(cudaStream_t s, cublasOperation_t ta, cublasOperation_t tb,
+    int m, int n, int k, float alpha, const void *A, cudaDataType_t at,
+    int lda, const void *B, cudaDataType_t bt, int ldb, float beta, float *C,
+    int ldc)
 {
-	if (capture == NULL)
+	if (capture == NULL && !emu_stream_deferred(s))
 		return emu_gemm(ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb,
 		    beta, C, ldc);
-	capture->ops.push_back([=]() {
+	if (m < 0 || n < 0 || k < 0 || lda < (ta == CUBLAS_OP_N ? m : k) ||
+	    ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m || lda < 1 ||
+	    ldb < 1 || ldc < 1)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	auto op = [=]() {
 		if (emu_gemm(ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb,
 		    beta, C, ldc) != CUBLAS_STATUS_SUCCESS) {
-			fprintf(stderr, "emu: a captured product failed\n");
+			fprintf(stderr, "emu: a queued product failed\n");
 			abort();
 		}
-	});
+	};
+	if (capture != NULL)
+		capture->ops.push_back(op);
+	else
+		emu_enqueue(s, op);
 	return CUBLAS_STATUS_SUCCESS;
 }
 
 /* SGEMM through the reference product. */
 cublasStatus_t
-cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
+cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
     int m, int n, int k, const float *alpha, const float *A, int lda,
     const float *B, int ldb, const float *beta, float *C, int ldc)
 {
-	return emu_gemm_queue(ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B,
+	return emu_gemm_queue(h->s, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B,
 	    CUDA_R_32F, ldb, *beta, C, ldc);
 }
 
 /* GemmEx through the reference product, for the type combinations phased uses. */
 cublasStatus_t
-cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
+cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
     int m, int n, int k, const void *alpha, const void *A, cudaDataType_t at,
     int lda, const void *B, cudaDataType_t bt, int ldb, const void *beta,
     void *C, cudaDataType_t ct, int ldc, cublasComputeType_t,
@@ -552,6 +801,6 @@ cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
 	/* The combinations phased uses: F16xF16 or BF16xBF16 into F32. */
 	if (ct != CUDA_R_32F || at != bt || at == CUDA_R_32F)
 		return CUBLAS_STATUS_INVALID_VALUE;
-	return emu_gemm_queue(ta, tb, m, n, k, *(const float *)alpha, A, at,
+	return emu_gemm_queue(h->s, ta, tb, m, n, k, *(const float *)alpha, A, at,
 	    lda, B, bt, ldb, *(const float *)beta, (float *)C, ldc);
 }

@@ -3,9 +3,11 @@
  * several emulated devices in one process can all-reduce and exchange
  * buffers as phased's tensor-parallel code asks real NCCL to.
  *
- * Device memory is host memory and the emulation's streams are synchronous,
- * so an operation is done when its call returns, like everything else
- * queued on an emulated stream.  A call posts its operation to the
+ * Device memory is host memory.  An operation outside a group is done when
+ * its call returns (after the work queued before it on its stream); a
+ * group runs on its streams as one collective (emu_stream_op_multi): now,
+ * unless every stream it uses holds its work (emu_streams_defer), in which
+ * case it runs when the host first waits for one of them.  A call posts its operation to the
  * communicator's clique and waits until the operations it pairs with have
  * been posted too: by other threads (one thread per rank) or, inside
  * ncclGroupStart/ncclGroupEnd, by the same thread for every rank (the
@@ -46,6 +48,7 @@ struct emu_op {
 	ncclDataType_t		 type;
 	int			 peer;
 	ncclComm_t		 comm;
+	cudaStream_t		 stream;
 	int			 done;
 	struct emu_op		*next;		/* the clique's pending list */
 };
@@ -258,6 +261,8 @@ submit(struct emu_op *op)
 		group_ops[group_n++] = op;
 		return (ncclSuccess);
 	}
+	if (op->stream != NULL)
+		cudaStreamSynchronize(op->stream);
 	pthread_mutex_lock(&mu);
 	post(&op, 1);
 	wait_done(&op, 1);
@@ -369,11 +374,11 @@ ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (op != ncclSum || (t != ncclFloat32 && t != ncclFloat16 &&
 	    t != ncclBfloat16) || send == NULL || recv == NULL)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_ALLREDUCE, comm, count, t);
+	o->stream = s;
 	o->send = send;
 	o->recv = recv;
 	return (submit(o));
@@ -386,11 +391,11 @@ ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (comm == NULL || peer < 0 || peer >= comm->c->n ||
 	    type_size(t) == 0)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_SEND, comm, count, t);
+	o->stream = s;
 	o->send = buf;
 	o->peer = peer;
 	return (submit(o));
@@ -403,11 +408,11 @@ ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (comm == NULL || peer < 0 || peer >= comm->c->n ||
 	    type_size(t) == 0)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_RECV, comm, count, t);
+	o->stream = s;
 	o->recv = buf;
 	o->peer = peer;
 	return (submit(o));
@@ -421,22 +426,58 @@ ncclGroupStart(void)
 	return (ncclSuccess);
 }
 
-/* Close a group; the outermost posts its operations and waits for them. */
+/* A closed group's operations, run as one collective on their streams. */
+struct emu_group {
+	struct emu_op	**ops;
+	int		  n;
+};
+
+/* Post a group's operations, wait for them and free them. */
+static void
+run_group(void *arg)
+{
+	struct emu_group	*g = arg;
+	int			 i;
+
+	pthread_mutex_lock(&mu);
+	post(g->ops, g->n);
+	wait_done(g->ops, g->n);
+	pthread_mutex_unlock(&mu);
+	for (i = 0; i < g->n; i++)
+		free(g->ops[i]);
+	free(g->ops);
+	free(g);
+}
+
+/*
+ * Close a group; the outermost queues its operations on their streams (see
+ * the top: now, or when a deferred stream is waited for).
+ */
 ncclResult_t
 ncclGroupEnd(void)
 {
-	int	i;
+	struct emu_group	*g;
+	cudaStream_t		*st;
+	int			 i, j, n = 0;
 
 	if (group_depth == 0)
 		return (ncclInvalidUsage);
 	if (--group_depth > 0 || group_n == 0)
 		return (ncclSuccess);
-	pthread_mutex_lock(&mu);
-	post(group_ops, group_n);
-	wait_done(group_ops, group_n);
-	pthread_mutex_unlock(&mu);
-	for (i = 0; i < group_n; i++)
-		free(group_ops[i]);
+	if ((g = malloc(sizeof *g)) == NULL ||
+	    (g->ops = malloc(group_n * sizeof *g->ops)) == NULL ||
+	    (st = malloc(group_n * sizeof *st)) == NULL)
+		emu_nccl_fatal("out of memory");
+	memcpy(g->ops, group_ops, group_n * sizeof *g->ops);
+	g->n = group_n;
 	group_n = 0;
+	for (i = 0; i < g->n; i++) {
+		for (j = 0; j < n && st[j] != g->ops[i]->stream; j++)
+			;
+		if (j == n)
+			st[n++] = g->ops[i]->stream;
+	}
+	emu_stream_op_multi(st, n, run_group, g);
+	free(st);
 	return (ncclSuccess);
 }

@@ -17,7 +17,8 @@ typedef enum cudaError {
 	cudaSuccess = 0,
 	cudaErrorInvalidValue = 1,
 	cudaErrorMemoryAllocation = 2,
-	cudaErrorNoDevice = 100
+	cudaErrorNoDevice = 100,
+	cudaErrorNotReady = 600
 } cudaError_t;
 
 enum cudaMemcpyKind {
@@ -62,7 +63,12 @@ cudaError_t	 cudaSetDevice(int);
 cudaError_t	 cudaDeviceGetAttribute(int *, enum cudaDeviceAttr, int);
 cudaError_t	 cudaGetDeviceProperties(struct cudaDeviceProp *, int);
 const char	*cudaGetErrorString(cudaError_t);
+#define cudaEventDefault	0x00
+#define cudaEventDisableTiming	0x02
 cudaError_t	 cudaEventCreate(cudaEvent_t *);
+cudaError_t	 cudaEventCreateWithFlags(cudaEvent_t *, unsigned int);
+cudaError_t	 cudaEventQuery(cudaEvent_t);
+cudaError_t	 cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int);
 cudaError_t	 cudaEventDestroy(cudaEvent_t);
 cudaError_t	 cudaEventRecord(cudaEvent_t, cudaStream_t);
 cudaError_t	 cudaEventSynchronize(cudaEvent_t);
@@ -80,6 +86,19 @@ cudaError_t	 cudaGraphExecDestroy(cudaGraphExec_t);
 cudaError_t	 cudaGraphDestroy(cudaGraph_t);
 /* Whether a capture is on (for the emulation's own checks). */
 int		 emu_capturing(void);
+/*
+ * The emulation's streams (emu.cc): what cudaStreamCreate* hands out, and
+ * how the calls served outside emu.cc queue their work on one or on
+ * several streams at once (a collective).  emu_streams_defer(1) makes the
+ * streams created after it hold their work until it is waited for.
+ */
+cudaStream_t	 emu_stream_new(void);
+void		 emu_stream_free(cudaStream_t);
+void		 emu_streams_defer(int);
+int		 emu_stream_deferred(cudaStream_t);
+void		 emu_stream_op(cudaStream_t, void (*)(void *), void *);
+void		 emu_stream_op_multi(cudaStream_t *, int, void (*)(void *),
+		    void *);
 
 #ifdef __cplusplus
 }
