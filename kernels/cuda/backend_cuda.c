@@ -16,6 +16,7 @@
 #include "comm.h"
 #include "cuda_kernels.h"
 #include "gguf.h"
+#include "kv_xfer.h"
 #include "kvcache.h"
 #include "log.h"
 #include "model.h"
@@ -159,6 +160,13 @@ struct backend_inst {
 	int			 xfer_devs[CUDA_MAX_RANKS];
 	int			 xfer_refused;
 	uint64_t		 n_xfer_nccl, n_xfer_peer;
+	/*
+	 * Transfer streams, one per rank, made on first use: sends and
+	 * copies out of this instance and receives into it go there, apart
+	 * from compute; kvx holds the transfers into it not yet polled done.
+	 */
+	cudaStream_t		 xs[CUDA_MAX_RANKS];
+	struct kvx_list		 kvx;
 
 	/*
 	 * Decode graphs (one device without collectives): captured on the
@@ -423,6 +431,12 @@ cuda_destroy(struct backend_inst *bi)
 
 	if (bi == NULL)
 		return;
+	kvx_list_free(&bi->kvx);
+	for (i = 0; i < bi->n_ranks; i++) {
+		if (bi->xs[i] != NULL && cudaSetDevice(bi->r[i].dev) ==
+		    cudaSuccess)
+			cudaStreamDestroy(bi->xs[i]);
+	}
 	for (i = 0; i < CUDA_MAX_GRAPHS; i++)
 		if (bi->graph[i].exec != NULL)
 			cudaGraphExecDestroy(bi->graph[i].exec);
@@ -537,6 +551,7 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 
 	bi = xcalloc(1, sizeof *bi);
 	bi->m = m;
+	kvx_list_init(&bi->kvx);
 	bi->n_ranks = n;
 	bi->nh = (int)mi->n_head / n;
 	bi->nkv = (int)mi->n_head_kv / n;
@@ -1239,6 +1254,11 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 		if (e->logits != NULL)
 			hout[r++] = row - 1;
 	}
+	/* KV still arriving from another group is waited for on the device. */
+	for (i = 0; i < bi->n_ranks; i++)
+		if (kvx_order(&bi->kvx, pool, b, i, bi->r[i].dev,
+		    bi->r[i].stream, cause) != 0)
+			goto fail;
 	for (i = 0; i < bi->n_ranks; i++) {
 		rk = &bi->r[i];
 		CU(cudaSetDevice(rk->dev), "select device");
@@ -1298,18 +1318,17 @@ fail:
 	return (-1);
 }
 
-/* Queue a copy of KV pages on dst's stream, between devices if need be. */
+/* Queue a copy of KV pages on stream st of dst's device, from src's. */
 static int
-copy_run(const struct cuda_rank *dst, const struct cuda_rank *src, void *d,
-    const void *s, size_t bytes, char **cause)
+copy_run(const struct cuda_rank *dst, const struct cuda_rank *src,
+    cudaStream_t st, void *d, const void *s, size_t bytes, char **cause)
 {
 	if (dst->dev == src->dev) {
 		if (cu_failed(cudaMemcpyAsync(d, s, bytes,
-		    cudaMemcpyDeviceToDevice, dst->stream), "copy kv blocks",
-		    cause))
+		    cudaMemcpyDeviceToDevice, st), "copy kv blocks", cause))
 			return (-1);
 	} else if (cu_failed(cudaMemcpyPeerAsync(d, dst->dev, s, src->dev,
-	    bytes, dst->stream), "copy kv blocks between devices", cause))
+	    bytes, st), "copy kv blocks between devices", cause))
 		return (-1);
 	return (0);
 }
@@ -1348,8 +1367,9 @@ xfer_comm(struct backend_inst *dst, const struct backend_inst *src)
 }
 
 /*
- * Queue the NCCL sends (on the source ranks' streams) and receives (on
- * ours) of one layer's K and V runs, rank r to rank r, in one group.
+ * Queue the NCCL sends (on the source ranks' transfer streams) and
+ * receives (on ours) of one layer's K and V runs, rank r to rank r, in one
+ * group.
  */
 static int
 xfer_layer(struct cuda_comm *cc, struct backend_inst *dst,
@@ -1383,9 +1403,9 @@ xfer_layer(struct cuda_comm *cc, struct backend_inst *dst,
 				s = (const uint8_t *)(kv ? pool_v(sp, r, layer) :
 				    pool_k(sp, r, layer)) + soff;
 				if (cuda_comm_send(cc, r, N + r, s, bytes,
-				    src->r[r].stream, cause) != 0 ||
+				    src->xs[r], cause) != 0 ||
 				    cuda_comm_recv(cc, N + r, r, d, bytes,
-				    dst->r[r].stream, cause) != 0) {
+				    dst->xs[r], cause) != 0) {
 					cuda_comm_group_end(NULL);
 					return (-1);
 				}
@@ -1395,19 +1415,49 @@ xfer_layer(struct cuda_comm *cc, struct backend_inst *dst,
 	return (cuda_comm_group_end(cause));
 }
 
+/* Make rank's transfer stream of bi, on first use. */
+static int
+xfer_stream(struct backend_inst *bi, int rank, char **cause)
+{
+	if (bi->xs[rank] != NULL)
+		return (0);
+	CU(cudaSetDevice(bi->r[rank].dev), "select device");
+	CU(cudaStreamCreateWithFlags(&bi->xs[rank], cudaStreamNonBlocking),
+	    "create kv transfer stream");
+	return (0);
+fail:
+	return (-1);
+}
+
+/* Wait for what was queued on the transfer streams of bi. */
+static void
+xfer_drain(struct backend_inst *bi)
+{
+	int	i;
+
+	for (i = 0; i < bi->n_ranks; i++)
+		if (bi->xs[i] != NULL && cudaSetDevice(bi->r[i].dev) ==
+		    cudaSuccess)
+			cudaStreamSynchronize(bi->xs[i]);
+}
+
 /*
- * Copy src_seq's KV into the empty dst_seq: blocks are taken from dst_pool
- * on the host, then each layer's K and V pages are copied on the device,
- * rank by rank: between two groups with NCCL sends and receives (peer
- * copies where NCCL is absent or the groups share a device), within one
- * instance by device copies.  Both groups must split the heads alike, that
- * is, have as many devices.
+ * Start copying src_seq's KV into the empty dst_seq: blocks are taken
+ * from dst_pool on the host, then each layer's K and V pages are queued,
+ * rank by rank, on the transfer streams behind the source's compute
+ * streams: between two groups with NCCL sends and receives (peer copies
+ * where NCCL is absent or the groups share a device), within one instance
+ * by device copies.  Nothing waits on the host: the destination's forward
+ * passes over the blocks wait for the transfer on the device (kvx_order)
+ * and the caller keeps src_seq's blocks until cuda_kv_xfer_poll says it is
+ * done.  Both groups must split the heads alike, that is, have as many
+ * devices.
  */
 static int
-cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
+cuda_kv_copy_start(struct backend_inst *dst, struct kv_pool *dst_pool,
     struct kv_seq *dst_seq, struct backend_inst *src,
     const struct kv_pool *src_pool, const struct kv_seq *src_seq,
-    char **cause)
+    struct kv_xfer **xfer, char **cause)
 {
 	struct cuda_pool	*dp = cuda_pool_of(dst_pool);
 	const struct cuda_pool	*sp = cuda_pool_of(src_pool);
@@ -1416,7 +1466,9 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 	uint32_t		 nb, i, layer, run;
 	int			 rank;
 	struct cuda_comm	*cc = NULL;
+	struct kv_xfer		*x = NULL;
 
+	*xfer = NULL;
 	if (dp == NULL || sp == NULL || dp->bi != dst || sp->bi != src) {
 		set_cause(cause, "cuda: kv copy between pools not of the cuda "
 		    "instances given");
@@ -1451,20 +1503,40 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 		return (-1);
 	}
 
-	/* The source's earlier writes are ordered on its streams. */
-	if (sync_ranks(src, "drain source streams", cause) != 0)
-		goto fail;
+	/*
+	 * Behind the source's earlier writes (its compute streams) and any
+	 * transfer still moving its blocks (its transfer streams).  The
+	 * destination's blocks were free: no work of its own is pending on
+	 * them, so its compute streams, busy with other sequences, are not
+	 * waited for.
+	 */
+	for (rank = 0; rank < dst->n_ranks; rank++) {
+		if (xfer_stream(src, rank, cause) != 0 ||
+		    xfer_stream(dst, rank, cause) != 0 ||
+		    kvx_after(src->r[rank].dev, src->xs[rank],
+		    src->r[rank].stream, cause) != 0)
+			goto fail;
+	}
+	x = kvx_new(dst_pool, dst_seq);
 	blk = (size_t)KV_BLOCK * dst->nkv * dl->head_dim * sizeof(uint16_t);
 	if (dst != src && (cc = xfer_comm(dst, src)) != NULL) {
 		for (layer = 0; layer < dl->n_layers; layer++)
 			if (xfer_layer(cc, dst, dp, dst_seq, src, sp, src_seq, nb,
 			    layer, blk, cause) != 0)
 				goto fail;
+		for (rank = 0; rank < dst->n_ranks; rank++)
+			if (kvx_record(x, src->r[rank].dev, src->xs[rank], -1,
+			    cause) != 0 || kvx_record(x, dst->r[rank].dev,
+			    dst->xs[rank], rank, cause) != 0)
+				goto fail;
 		dst->n_xfer_nccl++;
 	} else if (dst != src)
 		dst->n_xfer_peer++;
 	for (rank = 0; rank < dst->n_ranks && (dst == src || cc == NULL);
 	    rank++) {
+		if (dst != src && kvx_after(dst->r[rank].dev, dst->xs[rank],
+		    src->xs[rank], cause) != 0)
+			goto fail;
 		CU(cudaSetDevice(dst->r[rank].dev), "select device");
 		/* Runs of consecutive block ids on both sides go in one copy. */
 		for (i = 0; i < nb; i += run) {
@@ -1477,29 +1549,62 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 			soff = (size_t)src_seq->blocks[i] * blk;
 			for (layer = 0; layer < dl->n_layers; layer++) {
 				if (copy_run(&dst->r[rank], &src->r[rank],
+				    dst->xs[rank],
 				    (uint8_t *)pool_k(dp, rank, layer) + doff,
 				    (const uint8_t *)pool_k(sp, rank, layer) +
 				    soff, (size_t)run * blk, cause) != 0 ||
 				    copy_run(&dst->r[rank], &src->r[rank],
+				    dst->xs[rank],
 				    (uint8_t *)pool_v(dp, rank, layer) + doff,
 				    (const uint8_t *)pool_v(sp, rank, layer) +
 				    soff, (size_t)run * blk, cause) != 0)
 					goto fail;
 			}
 		}
+		/* The copies read the source too: one event covers both. */
+		if (kvx_record(x, dst->r[rank].dev, dst->xs[rank], rank,
+		    cause) != 0)
+			goto fail;
 	}
-	/* The source may reuse its blocks as soon as this returns. */
-	if (sync_ranks(dst, "kv copy", cause) != 0 ||
-	    sync_ranks(src, "kv copy", cause) != 0)
-		goto fail;
 	dst_seq->n_tokens = src_seq->n_tokens;
+	kvx_link(&dst->kvx, x);
+	*xfer = x;
 	return (0);
 
 fail:
-	sync_ranks(dst, "kv copy", NULL);
-	sync_ranks(src, "kv copy", NULL);
+	/* Whatever was queued ends before the blocks change hands. */
+	xfer_drain(dst);
+	xfer_drain(src);
+	if (x != NULL)
+		kvx_abort(x);
 	kv_seq_release(dst_pool, dst_seq);
 	return (-1);
+}
+
+/* Whether a transfer cuda_kv_copy_start began is over (see backend.h). */
+static int
+cuda_kv_xfer_poll(struct kv_xfer *x, int wait, char **cause)
+{
+	return (kvx_poll(x, wait, cause));
+}
+
+/* Copy src_seq's KV into the empty dst_seq and wait until it is there. */
+static int
+cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
+    struct kv_seq *dst_seq, struct backend_inst *src,
+    const struct kv_pool *src_pool, const struct kv_seq *src_seq,
+    char **cause)
+{
+	struct kv_xfer	*x;
+
+	if (cuda_kv_copy_start(dst, dst_pool, dst_seq, src, src_pool, src_seq,
+	    &x, cause) != 0)
+		return (-1);
+	if (x != NULL && kvx_poll(x, 1, cause) != 1) {
+		kv_seq_release(dst_pool, dst_seq);
+		return (-1);
+	}
+	return (0);
 }
 
 /* How many decode graphs bi has captured and replayed. */
@@ -1539,5 +1644,7 @@ const struct backend_ops backend_cuda_ops = {
 	.kv_pool_free = cuda_kv_pool_free,
 	.forward = cuda_forward,
 	.kv_copy = cuda_kv_copy,
+	.kv_copy_start = cuda_kv_copy_start,
+	.kv_xfer_poll = cuda_kv_xfer_poll,
 	.weight_bytes = cuda_weight_bytes,
 };

@@ -789,6 +789,220 @@ test_tp_copy(const struct model *m)
 	free(cause);
 }
 
+/*
+ * The emulation's switch for streams that hold their work until waited
+ * for (tests/gpu/emu); absent on a real device, where work finishes when
+ * it does and only the results are checked.
+ */
+void	emu_streams_defer(int) __attribute__((weak));
+#define DEFERRED	(emu_streams_defer != NULL)
+
+/* Poll a transfer until it ends; 1 when done. */
+static int
+xfer_end(struct kv_xfer *x)
+{
+	char	*cause = NULL;
+	int	 rc;
+
+	if ((rc = backend_cuda_ops.kv_xfer_poll(x, 0, &cause)) == 0)
+		rc = backend_cuda_ops.kv_xfer_poll(x, 1, &cause);
+	if (rc != 1)
+		diag("kv transfer: %s", STR(cause));
+	free(cause);
+	return (rc);
+}
+
+/*
+ * One transfer beside compute from a to dst: prefill on a, start the move,
+ * prefill and decode another copy of the prompt on a while the move is
+ * still pending (the emulation's streams hold it), decode the moved
+ * sequence on dst, which must wait for the data on the device.
+ */
+static void
+async_round(struct run *a, struct run *dst, const char *what)
+{
+	struct kv_seq		 sa, sb, sr;
+	struct fwd_entry	 e;
+	struct kv_xfer		*x = NULL;
+	int32_t			 prompt[40], tok = 42;
+	float			 la[MAXV], lb[MAXV];
+	char			*cause = NULL;
+	int			 i;
+
+	memset(&sa, 0, sizeof sa);
+	memset(&sb, 0, sizeof sb);
+	memset(&sr, 0, sizeof sr);
+	prompt[0] = 1;
+	for (i = 1; i < 40; i++)
+		prompt[i] = 3 + (i * 31) % 500;
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	if (!ok(run_batch(a, &e, 1) == 0, "%s: prefill of 40 tokens", what))
+		return;
+	if (!ok(backend_cuda_ops.kv_copy_start(dst->bi, dst->pool, &sb, a->bi,
+	    a->pool, &sa, &x, &cause) == 0 && x != NULL, "%s: transfer "
+	    "started (%s)", what, STR(cause))) {
+		free(cause);
+		kv_seq_release(a->pool, &sa);
+		return;
+	}
+	ok(sb.n_tokens == 40 && sb.n_blocks == kv_pool_blocks_for(dst->pool,
+	    40), "%s: the destination holds 40 tokens in %u blocks at once",
+	    what, sb.n_blocks);
+	if (DEFERRED)
+		is_int(backend_cuda_ops.kv_xfer_poll(x, 0, &cause), 0,
+		    "%s: still moving when the call returned", what);
+	/* The source computes other work meanwhile. */
+	e.seq = &sr;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	run_batch(a, &e, 1);
+	e.tokens = &tok;
+	e.n_tokens = 1;
+	ok(run_batch(a, &e, 1) == 0, "%s: the source prefilled and decoded "
+	    "another sequence meanwhile", what);
+	if (DEFERRED)
+		is_int(backend_cuda_ops.kv_xfer_poll(x, 0, &cause), 0,
+		    "%s: the transfer did not wait for the source's compute",
+		    what);
+	e.seq = &sb;
+	e.logits = lb;
+	if (ok(run_batch(dst, &e, 1) == 0, "%s: decode of the moved sequence",
+	    what))
+		near(maxdiff(la, lb, MAXV), 0.0, 1e-6, "%s: its logits equal "
+		    "those of the copy left in place (max diff %.3g)", what,
+		    maxdiff(la, lb, MAXV));
+	ok(xfer_end(x) == 1, "%s: the transfer ended", what);
+	kv_seq_release(a->pool, &sa);
+	kv_seq_release(a->pool, &sr);
+	kv_seq_release(dst->pool, &sb);
+	is_int(kv_pool_used_blocks(a->pool), 0, "%s: every source block "
+	    "back in its pool", what);
+	is_int(kv_pool_used_blocks(dst->pool), 0, "%s: every destination "
+	    "block back in its pool", what);
+}
+
+/*
+ * What holding the source's blocks until the end prevents: with streams
+ * that hold their work, blocks released and refilled while the transfer
+ * is pending reach the destination with the new content.
+ */
+static void
+async_reuse(struct run *a, struct run *dst)
+{
+	struct kv_seq		 sa, sb, sz;
+	struct fwd_entry	 e;
+	struct kv_xfer		*x = NULL;
+	int32_t			 prompt[40], other[40], tok = 42;
+	float			 la[MAXV], lb[MAXV];
+	uint32_t		 first;
+	char			*cause = NULL;
+	int			 i;
+
+	memset(&sa, 0, sizeof sa);
+	memset(&sb, 0, sizeof sb);
+	memset(&sz, 0, sizeof sz);
+	prompt[0] = other[0] = 1;
+	for (i = 1; i < 40; i++) {
+		prompt[i] = 3 + (i * 31) % 500;
+		other[i] = 5 + (i * 17) % 500;
+	}
+	/* The reference: the prompt and one step, moved and waited for. */
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	run_batch(a, &e, 1);
+	if (!ok(backend_cuda_ops.kv_copy_start(dst->bi, dst->pool, &sb, a->bi,
+	    a->pool, &sa, &x, &cause) == 0 && x != NULL, "early reuse: "
+	    "transfer started (%s)", STR(cause))) {
+		free(cause);
+		kv_seq_release(a->pool, &sa);
+		return;
+	}
+	first = sa.blocks[0];
+	kv_seq_release(a->pool, &sa);
+	e.seq = &sz;
+	e.tokens = other;
+	run_batch(a, &e, 1);
+	ok(sz.blocks[0] == first, "early reuse: the released block %u went "
+	    "to another sequence", first);
+	e.seq = &sb;
+	e.tokens = &tok;
+	e.n_tokens = 1;
+	e.logits = lb;
+	memset(&sa, 0, sizeof sa);
+	run_batch(dst, &e, 1);
+	xfer_end(x);
+	/* What the moved sequence should have given. */
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	run_batch(a, &e, 1);
+	e.tokens = &tok;
+	e.n_tokens = 1;
+	run_batch(a, &e, 1);
+	ok(maxdiff(la, lb, MAXV) > 1e-2, "early reuse: the destination got "
+	    "the new content (max diff %.3g): the held blocks are needed",
+	    maxdiff(la, lb, MAXV));
+	kv_seq_release(a->pool, &sa);
+	kv_seq_release(a->pool, &sz);
+	kv_seq_release(dst->pool, &sb);
+}
+
+/*
+ * KV transfers beside compute (kv_copy_start, kv_xfer_poll) on streams
+ * that hold their work until it is waited for: by NCCL between groups 0-1
+ * and 2-3, by peer copies into group 1-2, and within one instance.
+ */
+static void
+test_async_copy(const struct model *m)
+{
+	struct backend_config	 cfg;
+	struct run		 a, b, over;
+	int			 da[2] = { 0, 1 }, db[2] = { 2, 3 };
+	int			 dov[2] = { 1, 2 };
+	uint64_t		 nccl = 0, peer = 0;
+
+	if (DEFERRED)
+		emu_streams_defer(1);
+	memset(&cfg, 0, sizeof cfg);
+	cfg.n_devices = 2;
+	cfg.devices = da;
+	if (run_start(&a, &backend_cuda_ops, m, &cfg, 16) == 0) {
+		cfg.devices = db;
+		if (run_start(&b, &backend_cuda_ops, m, &cfg, 16) == 0) {
+			async_round(&a, &b, "nccl 0-1 to 2-3");
+			backend_cuda_kv_transfers(b.bi, &nccl, &peer);
+			ok(nccl == 1 && peer == 0, "that move went by nccl "
+			    "(%llu by nccl, %llu by peer copies)",
+			    (unsigned long long)nccl, (unsigned long long)peer);
+			if (DEFERRED)
+				async_reuse(&a, &b);
+			run_stop(&b);
+		} else
+			ok(0, "group on devices 2-3");
+		cfg.devices = dov;
+		if (run_start(&over, &backend_cuda_ops, m, &cfg, 16) == 0) {
+			async_round(&a, &over, "peer copies 0-1 to 1-2");
+			backend_cuda_kv_transfers(over.bi, &nccl, &peer);
+			ok(nccl == 0 && peer == 1, "that move went by peer "
+			    "copies (%llu by nccl, %llu by peer copies)",
+			    (unsigned long long)nccl, (unsigned long long)peer);
+			run_stop(&over);
+		} else
+			ok(0, "group on devices 1-2");
+		async_round(&a, &a, "within group 0-1");
+		run_stop(&a);
+	} else
+		ok(0, "group on devices 0-1");
+	if (DEFERRED)
+		emu_streams_defer(0);
+}
+
 /* Architectures the device kernels lack are refused at create, by name. */
 static void
 test_refused_arch(const char *shared)
@@ -884,6 +1098,7 @@ main(void)
 		test_tp(m, &cpu, doc, 2, 0, 0);
 		test_tp(m, &cpu, doc, 4, 0, 0);
 		test_tp_copy(m);
+		test_async_copy(m);
 	} else
 		diag("fewer than 4 devices or no nccl: tensor parallelism "
 		    "not tested");
