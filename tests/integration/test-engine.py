@@ -315,6 +315,10 @@ rc, out, err = d.ctl("metrics")
 ok(rc == 0 and 'phased_kv_transfer_bytes_total{model="dis"} %d' % kvb in out
    and 'phased_kv_transfers_total{model="dis"} %d' % len(PROMPTS) in out,
    "metrics count the KV moves and their bytes", [x for x in out.splitlines() if "kv_transfer" in x])
+ok('phased_kv_transfers_async_total{model="dis"} 0' in out
+   and 'phased_kv_transfer_queue_seconds_total{model="dis"} ' in out,
+   "cpu groups move KV synchronously: no async moves, the queue time counted",
+   [x for x in out.splitlines() if "kv_transfer" in x])
 ok(wait_idle(d, "dis")["kv_blocks_used"] == 0, "no KV left in use on either group")
 d.ctl("unload", "dis")
 
