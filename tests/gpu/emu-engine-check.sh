@@ -60,10 +60,12 @@ for f in kernels/ref.c tests/gpu/emu-backend.c tests/gpu/test-engine-cuda.c \
 	    >"$tmp/$(basename "$f").log" 2>&1 &
 	pids="$pids $!"
 done
-$CC -std=gnu11 -O2 -g -pthread -Wall -Wextra -Wno-unused-parameter $san $inc \
-    -include emu-backend.h -c -o "$tmp/backend_cuda.o" \
-    "$top_srcdir/kernels/cuda/backend_cuda.c" >"$tmp/backend_cuda.c.log" 2>&1 &
-pids="$pids $!"
+for f in backend_cuda graph; do
+	$CC -std=gnu11 -O2 -g -pthread -Wall -Wextra -Wno-unused-parameter \
+	    $san $inc -include emu-backend.h -c -o "$tmp/$f.o" \
+	    "$top_srcdir/kernels/cuda/$f.c" >"$tmp/$f.c.log" 2>&1 &
+	pids="$pids $!"
+done
 failed=0
 for p in $pids; do wait "$p" || failed=1; done
 if [ $failed = 1 ] || ! $CXX $san -pthread -o "$tmp/test-engine-cuda" \

@@ -16,11 +16,15 @@
  * memory-model races between unsynchronized threads, and GPU rounding of
  * expf/logf (the host's is used).
  */
+#include <malloc.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <ucontext.h>
 
+#include <deque>
+#include <memory>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -208,39 +212,146 @@ emu_run_block(void)
 }
 
 /*
- * Stream capture: while it is on, launches and cuBLAS products are
- * recorded into the graph being built instead of run; a graph launch runs
- * them in order.  One capture at a time, as the backend uses them.
+ * Streams.  Work queued on a stream with nothing pending runs at once on
+ * the calling thread (launches are synchronous here).  Work that has to
+ * wait (a replayed collective whose partners' graphs have not been launched
+ * yet) stays at the head of its stream, later work on that stream queues
+ * behind it, and emu_progress() moves every stream on as far as it can, so
+ * the streams of several emulated devices advance side by side as on the
+ * hardware.  Waiting on a stream whose work can never finish is fatal
+ * (a GPU would hang).  One host thread drives the streams; the legacy
+ * stream (NULL) never holds pending work.
+ *
+ * Capture: while a stream is captured, launches, cuBLAS products, copies
+ * and NCCL calls on it are recorded into its graph instead of run (as
+ * CUDA does, including kernel arguments, stored at the launch), several
+ * streams may be captured at once, each into its own graph, and a graph
+ * launch queues one run of every recorded node on the stream it is
+ * launched on.  In the thread-local and global modes a call CUDA deems
+ * unsafe during a capture (allocating, freeing, a synchronous copy,
+ * synchronizing, work on the legacy stream) fails and invalidates the
+ * calling thread's captures, so their end reports it.
  */
+typedef std::function<bool()>	emu_step;	/* true once done */
+typedef std::function<emu_step()> emu_node;	/* one run of a graph node */
+
 struct CUgraph_st {
-	std::vector<std::function<void()>>	ops;
+	std::vector<emu_node>	ops;
 };
 struct CUgraphExec_st {
-	std::vector<std::function<void()>>	ops;
+	std::vector<emu_node>	ops;
 };
-static CUgraph_st	*capture;
+struct CUstream_st {
+	std::deque<emu_step>	 q;
+	CUgraph_st		*capture;
+	bool			 strict;	/* unsafe calls invalidate it */
+	bool			 invalid;
+	pthread_t		 owner;		/* the capturing thread */
+	int			 dev;
+};
+static std::vector<CUstream_st *>	 emu_streams;
+static __thread int			 thread_captures;
+static __thread cudaError_t		 last_error;
+static __thread int			 emu_device;	/* current, per thread */
 
-/* Whether a capture is on. */
+/* Stop on a misuse of streams. */
+static void
+emu_stream_fatal(const char *what)
+{
+	fprintf(stderr, "emu: %s\n", what);
+	abort();
+}
+
+/* Move every stream's queue on until none can move. */
+static void
+emu_progress(void)
+{
+	bool	moved;
+
+	do {
+		moved = false;
+		for (size_t i = 0; i < emu_streams.size(); i++) {
+			CUstream_st *s = emu_streams[i];
+			while (!s->q.empty() && s->q.front()()) {
+				s->q.pop_front();
+				moved = true;
+			}
+		}
+	} while (moved);
+}
+
+/* Queue a step on a stream (running it now if nothing is pending). */
+static void
+emu_submit(cudaStream_t s, emu_step st)
+{
+	if (s == NULL || s->q.empty()) {
+		if (st())
+			return;
+		if (s == NULL)
+			emu_stream_fatal("work on the legacy stream waits for "
+			    "work that can never run");
+	}
+	s->q.push_back(st);
+	emu_progress();
+}
+
+/*
+ * Whether the calling thread has a strict capture on; if so, invalidate
+ * them all, as CUDA does on an unsafe call.
+ */
+static bool
+emu_unsafe_call(void)
+{
+	bool	any = false;
+
+	if (thread_captures == 0)
+		return false;
+	for (auto *s : emu_streams) {
+		if (s->capture != NULL && s->strict &&
+		    pthread_equal(s->owner, pthread_self())) {
+			s->invalid = true;
+			any = true;
+		}
+	}
+	return any;
+}
+
+/* Record a node into s's capture, or queue one run of it now. */
+static void
+emu_queue(cudaStream_t s, emu_node n)
+{
+	if (s != NULL && s->capture != NULL) {
+		s->capture->ops.push_back(n);
+		return;
+	}
+	if (s == NULL && emu_unsafe_call()) {
+		/* The legacy stream would join the capture: refused. */
+		last_error = cudaErrorStreamCaptureImplicit;
+		return;
+	}
+	emu_submit(s, n());
+}
+
+/* Whether a capture is on in the calling thread. */
 extern "C" int
 emu_capturing(void)
 {
-	return capture != NULL;
+	return thread_captures > 0;
 }
 
 static void emu_run_launch(dim3, dim3, size_t, std::function<void()>);
 
-/* Run a kernel launch synchronously, or record it in the capture. */
+/* Run a kernel launch in stream order, or record it in the capture. */
 void
-emu_launch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t,
+emu_launch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t s,
     std::function<void()> fn)
 {
-	if (capture != NULL) {
-		capture->ops.push_back([=]() {
+	emu_queue(s, [=]() -> emu_step {
+		return [=]() {
 			emu_run_launch(grid, block, smem_bytes, fn);
-		});
-		return;
-	}
-	emu_run_launch(grid, block, smem_bytes, fn);
+			return true;
+		};
+	});
 }
 
 /* Run a kernel launch now. */
@@ -272,24 +383,113 @@ emu_run_launch(dim3 grid, dim3 block, size_t smem_bytes,
 
 extern "C" {
 
-/* Start recording a stream's work. */
+/* A stream of the current device. */
 cudaError_t
-cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode)
+cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int)
 {
-	if (capture != NULL)
-		return cudaErrorInvalidValue;
-	capture = new CUgraph_st;
+	*s = new CUstream_st();
+	(*s)->capture = NULL;
+	(*s)->dev = emu_device;
+	emu_streams.push_back(*s);
 	return cudaSuccess;
 }
 
-/* Stop recording: the graph holds what was queued. */
+/* Free a stream once its work is done. */
 cudaError_t
-cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g)
+cudaStreamDestroy(cudaStream_t s)
 {
-	if (capture == NULL)
+	if (s == NULL)
 		return cudaErrorInvalidValue;
-	*g = capture;
-	capture = NULL;
+	emu_progress();
+	if (!s->q.empty())
+		emu_stream_fatal("stream destroyed with work that can never "
+		    "run");
+	if (s->capture != NULL) {
+		thread_captures--;
+		delete s->capture;
+	}
+	for (size_t i = 0; i < emu_streams.size(); i++)
+		if (emu_streams[i] == s) {
+			emu_streams.erase(emu_streams.begin() + i);
+			break;
+		}
+	delete s;
+	return cudaSuccess;
+}
+
+/* Start recording a stream's work into a graph of its own. */
+cudaError_t
+cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
+{
+	if (s == NULL)
+		return cudaErrorStreamCaptureUnsupported;
+	if (s->capture != NULL)
+		return cudaErrorIllegalState;
+	s->capture = new CUgraph_st;
+	s->strict = mode != cudaStreamCaptureModeRelaxed;
+	s->invalid = false;
+	s->owner = pthread_self();
+	thread_captures++;
+	return cudaSuccess;
+}
+
+/* Stop recording: the graph holds what was queued, unless invalidated. */
+cudaError_t
+cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{
+	*g = NULL;
+	if (s == NULL || s->capture == NULL)
+		return cudaErrorIllegalState;
+	thread_captures--;
+	if (s->invalid) {
+		delete s->capture;
+		s->capture = NULL;
+		return cudaErrorStreamCaptureInvalidated;
+	}
+	*g = s->capture;
+	s->capture = NULL;
+	return cudaSuccess;
+}
+
+/* Whether a stream is being captured (for the emulation's NCCL). */
+int
+emu_stream_capturing(cudaStream_t s)
+{
+	return s != NULL && s->capture != NULL;
+}
+
+/* Whether a stream has no pending work once everything has moved on. */
+int
+emu_stream_idle(cudaStream_t s)
+{
+	emu_progress();
+	return s == NULL || s->q.empty();
+}
+
+/*
+ * Work of another part of the emulation (its NCCL) on a stream, recorded
+ * if the stream is captured: each run calls start(arg) once, then done()
+ * on what it returned until that says the work is finished.  arg belongs
+ * to the stream's work from here on; free_arg frees it when the last
+ * graph or queue holding it goes.
+ */
+cudaError_t
+emu_stream_work(cudaStream_t s, void *(*start)(void *), int (*done)(void *),
+    void *arg, void (*free_arg)(void *))
+{
+	std::shared_ptr<void>	a(arg, free_arg);
+
+	emu_queue(s, [=]() -> emu_step {
+		auto state = std::make_shared<void *>(nullptr);
+		auto started = std::make_shared<bool>(false);
+		return [=]() {
+			if (!*started) {
+				*state = start(a.get());
+				*started = true;
+			}
+			return done(*state) != 0;
+		};
+	});
 	return cudaSuccess;
 }
 
@@ -297,19 +497,28 @@ cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g)
 cudaError_t
 cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long)
 {
+	if (g == NULL)
+		return cudaErrorInvalidValue;
 	*x = new CUgraphExec_st;
 	(*x)->ops = g->ops;
 	return cudaSuccess;
 }
 
-/* Replay a graph now. */
+/* Queue one run of every node of a graph on a stream, in order. */
 cudaError_t
-cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t)
+cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
 {
-	if (capture != NULL)
+	if (x == NULL || (s != NULL && s->capture != NULL))
 		return cudaErrorInvalidValue;
-	for (auto &op : x->ops)
-		op();
+	if (s == NULL && emu_unsafe_call())
+		return cudaErrorStreamCaptureImplicit;
+	for (auto &n : x->ops) {
+		if (s == NULL)
+			emu_submit(s, n());
+		else
+			s->q.push_back(n());
+	}
+	emu_progress();
 	return cudaSuccess;
 }
 
@@ -333,6 +542,8 @@ cudaGraphDestroy(cudaGraph_t g)
 cudaError_t
 cudaMalloc(void **p, size_t n)
 {
+	if (emu_unsafe_call())
+		return cudaErrorStreamCaptureUnsupported;
 	n = (n + 255) / 256 * 256;
 	if ((*p = aligned_alloc(256, n > 0 ? n : 256)) == NULL)
 		return cudaErrorMemoryAllocation;
@@ -340,31 +551,111 @@ cudaMalloc(void **p, size_t n)
 	return cudaSuccess;
 }
 
-/* Free emulated device memory. */
+/*
+ * Free emulated device memory, filled with 0xff first, so work that still
+ * reads it (a graph captured before its buffers moved) sees NaN.
+ */
 cudaError_t
 cudaFree(void *p)
 {
+	if (emu_unsafe_call())
+		return cudaErrorStreamCaptureUnsupported;
+	if (p != NULL)
+		memset(p, 0xff, malloc_usable_size(p));
 	free(p);
 	return cudaSuccess;
 }
 
-/* Every copy is a host copy. */
+/* Every copy is a host copy; a synchronous one waits for nothing. */
 cudaError_t
 cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
 {
+	if (emu_unsafe_call())
+		return cudaErrorStreamCaptureImplicit;
 	memcpy(d, s, n);
 	return cudaSuccess;
 }
 
-/* Launches run synchronously: there is never anything to wait for. */
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-/* Waiting on a stream being captured is an error, as on a GPU. */
+/* A copy in stream order (recorded when the stream is captured). */
 cudaError_t
-cudaStreamSynchronize(cudaStream_t)
+cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind,
+    cudaStream_t st)
 {
-	return capture != NULL ? cudaErrorInvalidValue : cudaSuccess;
+	last_error = cudaSuccess;
+	emu_queue(st, [=]() -> emu_step {
+		return [=]() {
+			memmove(d, s, n);
+			return true;
+		};
+	});
+	return last_error;
 }
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+/* A fill in stream order. */
+cudaError_t
+cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
+{
+	last_error = cudaSuccess;
+	emu_queue(st, [=]() -> emu_step {
+		return [=]() {
+			memset(d, v, n);
+			return true;
+		};
+	});
+	return last_error;
+}
+
+/* A copy between devices, which are all host memory here. */
+cudaError_t
+cudaMemcpyPeerAsync(void *d, int, const void *s, int, size_t n,
+    cudaStream_t st)
+{
+	return cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, st);
+}
+
+/* Wait for every stream's work; unsafe while capturing. */
+cudaError_t
+cudaDeviceSynchronize(void)
+{
+	if (emu_unsafe_call())
+		return cudaErrorStreamCaptureUnsupported;
+	emu_progress();
+	for (auto *s : emu_streams)
+		if (!s->q.empty())
+			emu_stream_fatal("device synchronize waits for work "
+			    "that can never run (a collective whose partners "
+			    "were never launched)");
+	return cudaSuccess;
+}
+
+/* Wait for a stream's work; a stream being captured cannot be waited on. */
+cudaError_t
+cudaStreamSynchronize(cudaStream_t s)
+{
+	if (s != NULL && s->capture != NULL) {
+		s->invalid = true;
+		return cudaErrorStreamCaptureUnsupported;
+	}
+	if (s == NULL && emu_unsafe_call())
+		return cudaErrorStreamCaptureImplicit;
+	emu_progress();
+	if (s != NULL && !s->q.empty())
+		emu_stream_fatal("stream synchronize waits for work that can "
+		    "never run (a collective whose partners were never "
+		    "launched)");
+	return cudaSuccess;
+}
+
+/* The last launch error of the calling thread, cleared. */
+cudaError_t
+cudaGetLastError(void)
+{
+	cudaError_t	e = last_error;
+
+	last_error = cudaSuccess;
+	return e;
+}
+
 cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = NULL; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
@@ -384,7 +675,6 @@ cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
  * context splits).  The current device is per host thread, as in CUDA.
  */
 #define EMU_DEVICES	8
-static __thread int	emu_device;
 
 cudaError_t
 cudaGetDeviceCount(int *n)
@@ -437,26 +727,33 @@ cudaGetErrorString(cudaError_t e)
 
 }
 
-/* A cuBLAS handle is a token. */
+/* A cuBLAS handle: the stream its products are queued on. */
+struct cublasContext {
+	cudaStream_t	stream;
+};
+
+/* A handle on the legacy stream. */
 cublasStatus_t
 cublasCreate(cublasHandle_t *h)
 {
-	*h = (cublasHandle_t)malloc(1);
+	*h = new cublasContext();
+	(*h)->stream = NULL;
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Free the token. */
+/* Free the handle. */
 cublasStatus_t
 cublasDestroy(cublasHandle_t h)
 {
-	free(h);
+	delete h;
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Streams do not exist in the emulation. */
+/* Queue the handle's products on a stream. */
 cublasStatus_t
-cublasSetStream(cublasHandle_t, cudaStream_t)
+cublasSetStream(cublasHandle_t h, cudaStream_t s)
 {
+	h->stream = s;
 	return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -512,38 +809,45 @@ emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Run a product now, or record it in the capture (its scalars by value). */
+/*
+ * Queue a product on the handle's stream, or record it in the stream's
+ * capture (its scalars by value); its arguments are checked at the call.
+ */
 static cublasStatus_t
-emu_gemm_queue(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-    int k, float alpha, const void *A, cudaDataType_t at, int lda,
-    const void *B, cudaDataType_t bt, int ldb, float beta, float *C, int ldc)
+emu_gemm_queue(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+    int m, int n, int k, float alpha, const void *A, cudaDataType_t at,
+    int lda, const void *B, cudaDataType_t bt, int ldb, float beta, float *C,
+    int ldc)
 {
-	if (capture == NULL)
-		return emu_gemm(ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb,
-		    beta, C, ldc);
-	capture->ops.push_back([=]() {
-		if (emu_gemm(ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb,
-		    beta, C, ldc) != CUBLAS_STATUS_SUCCESS) {
-			fprintf(stderr, "emu: a captured product failed\n");
-			abort();
-		}
+	if (m < 0 || n < 0 || k < 0 || lda < (ta == CUBLAS_OP_N ? m : k) ||
+	    ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m || lda < 1 ||
+	    ldb < 1 || ldc < 1)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	last_error = cudaSuccess;
+	emu_queue(h->stream, [=]() -> emu_step {
+		return [=]() {
+			emu_gemm(ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb,
+			    beta, C, ldc);
+			return true;
+		};
 	});
-	return CUBLAS_STATUS_SUCCESS;
+	return last_error == cudaSuccess ? CUBLAS_STATUS_SUCCESS :
+	    CUBLAS_STATUS_INVALID_VALUE;
 }
 
 /* SGEMM through the reference product. */
 cublasStatus_t
-cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
+cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
     int m, int n, int k, const float *alpha, const float *A, int lda,
     const float *B, int ldb, const float *beta, float *C, int ldc)
 {
-	return emu_gemm_queue(ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B,
+	return emu_gemm_queue(h, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B,
 	    CUDA_R_32F, ldb, *beta, C, ldc);
 }
 
 /* GemmEx through the reference product, for the type combinations phased uses. */
 cublasStatus_t
-cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
+cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
     int m, int n, int k, const void *alpha, const void *A, cudaDataType_t at,
     int lda, const void *B, cudaDataType_t bt, int ldb, const void *beta,
     void *C, cudaDataType_t ct, int ldc, cublasComputeType_t,
@@ -552,6 +856,6 @@ cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
 	/* The combinations phased uses: F16xF16 or BF16xBF16 into F32. */
 	if (ct != CUDA_R_32F || at != bt || at == CUDA_R_32F)
 		return CUBLAS_STATUS_INVALID_VALUE;
-	return emu_gemm_queue(ta, tb, m, n, k, *(const float *)alpha, A, at,
+	return emu_gemm_queue(h, ta, tb, m, n, k, *(const float *)alpha, A, at,
 	    lda, B, bt, ldb, *(const float *)beta, (float *)C, ldc);
 }

@@ -14,6 +14,17 @@
  * meet, and the k-th send from a to b meets the k-th receive at b from a.
  * Misuse NCCL would hang on or corrupt memory with (counts or types that
  * differ between ranks, an operation that is never matched) is fatal.
+ *
+ * On a stream being captured (emu.cc) an operation is recorded instead, at
+ * the call or, inside a group, at ncclGroupEnd, as NCCL enqueues it then:
+ * nothing moves at capture.  Each launch of the graph runs it again, on
+ * the graph's stream in order: it is posted when the stream reaches it and
+ * the stream waits there until its partners, from the other ranks' graphs,
+ * have been posted too, so the ranks' graphs launched one after the other
+ * from one thread meet as they would on GPUs.  As NCCL requires, whether
+ * an operation is captured must be the same on every rank it meets (a
+ * captured operation matched with a live one is fatal), and a group may
+ * not mix the two (ncclInvalidUsage).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -46,6 +57,8 @@ struct emu_op {
 	ncclDataType_t		 type;
 	int			 peer;
 	ncclComm_t		 comm;
+	cudaStream_t		 stream;
+	int			 captured;	/* posted by a graph's run */
 	int			 done;
 	struct emu_op		*next;		/* the clique's pending list */
 };
@@ -151,11 +164,15 @@ match_allreduce(struct emu_clique *c)
 	}
 	if (have < c->n)
 		return (0);
-	for (r = 1; r < c->n; r++)
+	for (r = 1; r < c->n; r++) {
 		if (head[r]->count != head[0]->count ||
 		    head[r]->type != head[0]->type)
 			emu_nccl_fatal("all-reduce counts or types differ "
 			    "between ranks");
+		if (head[r]->captured != head[0]->captured)
+			emu_nccl_fatal("an all-reduce captured on some ranks "
+			    "and not on others");
+	}
 	if ((sum = calloc(head[0]->count + 1, sizeof *sum)) == NULL)
 		emu_nccl_fatal("out of memory");
 	/* Ranks in order: every rank gets the same rounding. */
@@ -192,6 +209,9 @@ match_p2p(struct emu_clique *c)
 		bytes = s->count * type_size(s->type);
 		if (bytes != r->count * type_size(r->type))
 			emu_nccl_fatal("send and receive sizes differ");
+		if (s->captured != r->captured)
+			emu_nccl_fatal("a send and its receive not both "
+			    "captured");
 		memmove(r->recv, s->send, bytes);
 		retire(s);
 		retire(r);
@@ -244,7 +264,65 @@ wait_done(struct emu_op **ops, int n)
 	}
 }
 
-/* Queue op in the open group, or post it and wait for it. */
+/* One run of a captured operation: post a copy of it. */
+static void *
+replay_start(void *arg)
+{
+	struct emu_op	*op;
+
+	if ((op = malloc(sizeof *op)) == NULL)
+		emu_nccl_fatal("out of memory");
+	*op = *(struct emu_op *)arg;
+	op->captured = 1;
+	op->done = 0;
+	op->next = NULL;
+	pthread_mutex_lock(&mu);
+	post(&op, 1);
+	pthread_mutex_unlock(&mu);
+	return (op);
+}
+
+/* Whether a run of a captured operation has met its partners. */
+static int
+replay_done(void *state)
+{
+	struct emu_op	*op = state;
+	int		 done;
+
+	pthread_mutex_lock(&mu);
+	done = op->done;
+	pthread_mutex_unlock(&mu);
+	if (done)
+		free(op);
+	return (done);
+}
+
+/* Record op into its stream's capture, which owns it from here. */
+static void
+record(struct emu_op *op)
+{
+	emu_stream_work(op->stream, replay_start, replay_done, op, free);
+}
+
+/* Post ops that run now and wait for them; a stream's earlier work first. */
+static void
+run_live(struct emu_op **ops, int n)
+{
+	int	i;
+
+	for (i = 0; i < n; i++)
+		if (!emu_stream_idle(ops[i]->stream))
+			emu_nccl_fatal("an operation on a stream whose "
+			    "earlier work cannot finish");
+	pthread_mutex_lock(&mu);
+	post(ops, n);
+	wait_done(ops, n);
+	pthread_mutex_unlock(&mu);
+	for (i = 0; i < n; i++)
+		free(ops[i]);
+}
+
+/* Queue op in the open group, record it if captured, or run it. */
 static ncclResult_t
 submit(struct emu_op *op)
 {
@@ -258,11 +336,10 @@ submit(struct emu_op *op)
 		group_ops[group_n++] = op;
 		return (ncclSuccess);
 	}
-	pthread_mutex_lock(&mu);
-	post(&op, 1);
-	wait_done(&op, 1);
-	pthread_mutex_unlock(&mu);
-	free(op);
+	if (emu_stream_capturing(op->stream))
+		record(op);
+	else
+		run_live(&op, 1);
 	return (ncclSuccess);
 }
 
@@ -369,11 +446,11 @@ ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (op != ncclSum || (t != ncclFloat32 && t != ncclFloat16 &&
 	    t != ncclBfloat16) || send == NULL || recv == NULL)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_ALLREDUCE, comm, count, t);
+	o->stream = s;
 	o->send = send;
 	o->recv = recv;
 	return (submit(o));
@@ -386,11 +463,11 @@ ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (comm == NULL || peer < 0 || peer >= comm->c->n ||
 	    type_size(t) == 0)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_SEND, comm, count, t);
+	o->stream = s;
 	o->send = buf;
 	o->peer = peer;
 	return (submit(o));
@@ -403,11 +480,11 @@ ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (comm == NULL || peer < 0 || peer >= comm->c->n ||
 	    type_size(t) == 0)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_RECV, comm, count, t);
+	o->stream = s;
 	o->recv = buf;
 	o->peer = peer;
 	return (submit(o));
@@ -421,22 +498,33 @@ ncclGroupStart(void)
 	return (ncclSuccess);
 }
 
-/* Close a group; the outermost posts its operations and waits for them. */
+/*
+ * Close a group; the outermost records its operations into their streams'
+ * captures, or posts them and waits for them.
+ */
 ncclResult_t
 ncclGroupEnd(void)
 {
-	int	i;
+	int	i, n_captured = 0;
 
 	if (group_depth == 0)
 		return (ncclInvalidUsage);
 	if (--group_depth > 0 || group_n == 0)
 		return (ncclSuccess);
-	pthread_mutex_lock(&mu);
-	post(group_ops, group_n);
-	wait_done(group_ops, group_n);
-	pthread_mutex_unlock(&mu);
 	for (i = 0; i < group_n; i++)
-		free(group_ops[i]);
+		n_captured += emu_stream_capturing(group_ops[i]->stream) != 0;
+	if (n_captured > 0 && n_captured < group_n) {
+		/* NCCL refuses a group of captured and live operations. */
+		for (i = 0; i < group_n; i++)
+			free(group_ops[i]);
+		group_n = 0;
+		return (ncclInvalidUsage);
+	}
+	if (n_captured > 0) {
+		for (i = 0; i < group_n; i++)
+			record(group_ops[i]);
+	} else
+		run_live(group_ops, group_n);
 	group_n = 0;
 	return (ncclSuccess);
 }

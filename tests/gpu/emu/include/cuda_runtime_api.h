@@ -17,8 +17,14 @@ typedef enum cudaError {
 	cudaSuccess = 0,
 	cudaErrorInvalidValue = 1,
 	cudaErrorMemoryAllocation = 2,
-	cudaErrorNoDevice = 100
+	cudaErrorNoDevice = 100,
+	cudaErrorIllegalState = 401,
+	cudaErrorStreamCaptureUnsupported = 900,
+	cudaErrorStreamCaptureInvalidated = 901,
+	cudaErrorStreamCaptureImplicit = 906
 } cudaError_t;
+
+#define cudaStreamNonBlocking	0x01
 
 enum cudaMemcpyKind {
 	cudaMemcpyHostToHost,
@@ -67,9 +73,17 @@ cudaError_t	 cudaEventDestroy(cudaEvent_t);
 cudaError_t	 cudaEventRecord(cudaEvent_t, cudaStream_t);
 cudaError_t	 cudaEventSynchronize(cudaEvent_t);
 cudaError_t	 cudaEventElapsedTime(float *, cudaEvent_t, cudaEvent_t);
+cudaError_t	 cudaStreamCreateWithFlags(cudaStream_t *, unsigned int);
+cudaError_t	 cudaStreamDestroy(cudaStream_t);
+cudaError_t	 cudaMemcpyAsync(void *, const void *, size_t,
+		    enum cudaMemcpyKind, cudaStream_t);
+cudaError_t	 cudaMemsetAsync(void *, int, size_t, cudaStream_t);
+cudaError_t	 cudaMemcpyPeerAsync(void *, int, const void *, int, size_t,
+		    cudaStream_t);
 /*
- * Stream capture records the kernel launches and cuBLAS products queued
- * while it is on (other stream work is refused) and a graph replays them.
+ * Stream capture records the kernel launches, cuBLAS products, copies and
+ * NCCL calls queued on a captured stream, one graph per stream, and a
+ * graph launch queues them on a stream; see emu.cc.
  */
 cudaError_t	 cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode);
 cudaError_t	 cudaStreamEndCapture(cudaStream_t, cudaGraph_t *);
@@ -78,8 +92,20 @@ cudaError_t	 cudaGraphInstantiate(cudaGraphExec_t *, cudaGraph_t,
 cudaError_t	 cudaGraphLaunch(cudaGraphExec_t, cudaStream_t);
 cudaError_t	 cudaGraphExecDestroy(cudaGraphExec_t);
 cudaError_t	 cudaGraphDestroy(cudaGraph_t);
-/* Whether a capture is on (for the emulation's own checks). */
+
+/* The emulation's own calls (no CUDA counterpart). */
+/* Whether a capture is on in the calling thread. */
 int		 emu_capturing(void);
+/* Whether a stream is being captured. */
+int		 emu_stream_capturing(cudaStream_t);
+/* Whether a stream has no pending work, once all work has moved on. */
+int		 emu_stream_idle(cudaStream_t);
+/*
+ * Work of the emulation's NCCL on a stream (recorded if it is captured):
+ * each run calls start(arg), then done() on its result until true.
+ */
+cudaError_t	 emu_stream_work(cudaStream_t, void *(*)(void *),
+		    int (*)(void *), void *, void (*)(void *));
 
 #ifdef __cplusplus
 }
