@@ -12,7 +12,10 @@
 # rounding and real asynchrony need a device (tests/gpu/device-check.sh).
 # The backend's NCCL calls (kernels/cuda/comm.c, built as if NCCL were
 # present) go to the emulation's stand-in (tests/gpu/emu/nccl.c), so
-# tensor-parallel groups of 2 and 4 emulated devices run too.
+# tensor-parallel groups of 2 and 4 emulated devices run too, and decode
+# iterations as CUDA graphs (kernels/cuda/graph.c) on each, one graph per
+# rank with its collectives, captured and replayed on the emulation's
+# streams.
 # Prints TAP; skips without the tools or a built tree.
 set -u
 top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
