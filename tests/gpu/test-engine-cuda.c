@@ -961,6 +961,7 @@ test_refused_arch(const char *shared)
 	int			 dev = 0;
 	size_t			 i;
 
+	memset(&cfg, 0, sizeof cfg);
 	cfg.devices = &dev;
 	cfg.n_devices = 1;
 	cfg.n_threads = 0;
@@ -1012,6 +1013,7 @@ main(void)
 		skip_all("cannot load %s: %s", path, cause);
 	is_int(model_info(m)->n_vocab, MAXV, "stories260K: 512 tokens");
 
+	memset(&cfg, 0, sizeof cfg);	/* no graphs: the plain path */
 	cfg.devices = &dev;
 	cfg.n_devices = 1;
 	cfg.n_threads = 0;
