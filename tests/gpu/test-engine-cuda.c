@@ -777,6 +777,53 @@ test_graphs(const struct model *m, struct run *cpu, const char *doc, int n,
 	run_stop(&off);
 }
 
+/* The emulation's hook to spoil the next capture; absent on a GPU. */
+extern void	emu_spoil_next_capture(void) __attribute__((weak));
+
+/*
+ * A capture that fails (here the first rank's of a 2-device group, spoilt
+ * by the emulation) turns graphs off for the instance: every iteration
+ * still runs, plainly, with the cpu's tokens, and none is captured later.
+ */
+static void
+test_graph_fallback(const struct model *m, struct run *cpu)
+{
+	struct backend_config	 cfg;
+	struct run		 gr;
+	uint64_t		 captured = 0, replayed = 0;
+	int32_t			 bos = 1, tg[8], tc[8];
+	float			*lg, *lc;
+	int			 devs[2] = { 0, 1 };
+
+	if (emu_spoil_next_capture == NULL) {
+		diag("not the emulation: failed captures not tested");
+		return;
+	}
+	memset(&cfg, 0, sizeof cfg);
+	cfg.devices = devs;
+	cfg.n_devices = 2;
+	cfg.graphs = 1;
+	if (!ok(run_start(&gr, &backend_cuda_ops, m, &cfg, 16) == 0,
+	    "2 devices, a capture that fails: instance"))
+		return;
+	lg = calloc(9 * MAXV, sizeof *lg);
+	lc = calloc(9 * MAXV, sizeof *lc);
+	if (lg == NULL || lc == NULL)
+		abort();
+	emu_spoil_next_capture();
+	ok(greedy(&gr, &bos, 1, 8, tg, lg) == 8 &&
+	    greedy(cpu, &bos, 1, 8, tc, lc) == 8 &&
+	    memcmp(tg, tc, sizeof tg) == 0, "a failed capture: 8 greedy steps "
+	    "still run, with the cpu's tokens");
+	backend_cuda_graph_counts(gr.bi, &captured, &replayed);
+	ok(captured == 0 && replayed == 0, "a failed capture turns graphs off "
+	    "(%llu captured, %llu replayed)", (unsigned long long)captured,
+	    (unsigned long long)replayed);
+	free(lg);
+	free(lc);
+	run_stop(&gr);
+}
+
 /*
  * By default (BACKEND_GRAPHS_AUTO) a group of several devices decodes
  * without graphs: a few steps capture none.
@@ -1043,6 +1090,7 @@ main(void)
 		test_graphs(m, &cpu, doc, 2, 0, 1);
 		test_graphs(m, &cpu, doc, 4, 0, 1);
 		test_graphs_default_tp(m);
+		test_graph_fallback(m, &cpu);
 		test_tp_copy(m);
 	} else
 		diag("fewer than 4 devices or no nccl: tensor parallelism "

@@ -253,6 +253,7 @@ static std::vector<CUstream_st *>	 emu_streams;
 static __thread int			 thread_captures;
 static __thread cudaError_t		 last_error;
 static __thread int			 emu_device;	/* current, per thread */
+static int				 emu_spoil;	/* captures to spoil */
 
 /* Stop on a misuse of streams. */
 static void
@@ -427,7 +428,9 @@ cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
 		return cudaErrorIllegalState;
 	s->capture = new CUgraph_st;
 	s->strict = mode != cudaStreamCaptureModeRelaxed;
-	s->invalid = false;
+	s->invalid = emu_spoil > 0;
+	if (emu_spoil > 0)
+		emu_spoil--;
 	s->owner = pthread_self();
 	thread_captures++;
 	return cudaSuccess;
@@ -449,6 +452,16 @@ cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
 	*g = s->capture;
 	s->capture = NULL;
 	return cudaSuccess;
+}
+
+/*
+ * Make the next capture begun end invalidated, as an unsafe call would,
+ * so tests can see what a failed capture does.
+ */
+void
+emu_spoil_next_capture(void)
+{
+	emu_spoil++;
 }
 
 /* Whether a stream is being captured (for the emulation's NCCL). */
@@ -722,7 +735,21 @@ cudaGetDeviceProperties(struct cudaDeviceProp *p, int)
 const char *
 cudaGetErrorString(cudaError_t e)
 {
-	return e == cudaSuccess ? "no error" : "emulated error";
+	switch (e) {
+	case cudaSuccess:
+		return "no error";
+	case cudaErrorStreamCaptureUnsupported:
+		return "operation not permitted when stream is capturing "
+		    "(emulated)";
+	case cudaErrorStreamCaptureInvalidated:
+		return "operation failed due to a previous error during "
+		    "capture (emulated)";
+	case cudaErrorStreamCaptureImplicit:
+		return "operation would make the legacy stream depend on a "
+		    "capturing blocking stream (emulated)";
+	default:
+		return "emulated error";
+	}
 }
 
 }

@@ -96,6 +96,8 @@ cudaError_t	 cudaGraphDestroy(cudaGraph_t);
 /* The emulation's own calls (no CUDA counterpart). */
 /* Whether a capture is on in the calling thread. */
 int		 emu_capturing(void);
+/* Make the next capture begun end invalidated (for tests). */
+void		 emu_spoil_next_capture(void);
 /* Whether a stream is being captured. */
 int		 emu_stream_capturing(cudaStream_t);
 /* Whether a stream has no pending work, once all work has moved on. */
