@@ -1140,7 +1140,8 @@ group_setup(struct engine *e, int i, char **cause)
 	bc.devices = gs->n_cpus > 0 ? gs->cpus : NULL;
 	bc.n_devices = gs->n_cpus;
 	bc.n_threads = gs->n_threads;
-	bc.graphs = e->conf.cuda_graphs;
+	bc.graphs = e->conf.cuda_graphs > 0 ? 1 : e->conf.cuda_graphs < 0 ?
+	    0 : BACKEND_GRAPHS_AUTO;
 	g->lent_to = -1;
 	g->n_lend = lend_cpus(e, i, lend, (int)(sizeof lend / sizeof lend[0]));
 	bc.lend_devices = lend;

@@ -22,12 +22,15 @@
 struct backend_inst;
 struct kv_xfer;		/* a KV transfer in flight (kv_copy_start) */
 
+/* CUDA graphs where they pay: groups of one device (backend_cuda.c). */
+#define BACKEND_GRAPHS_AUTO	(-1)
+
 struct backend_config {
 	const int	*devices;	/* cpu: CPU ids to pin to; gpu: ids */
 	int		 n_devices;
 	int		 n_threads;	/* cpu: threads; 0 = model opts, then all */
 	int		 collectives;	/* gpu: NCCL even for one device */
-	int		 graphs;	/* gpu: CUDA graphs for decode */
+	int		 graphs;	/* gpu: decode as CUDA graphs: 0, 1, AUTO */
 	/*
 	 * cpu: the CPUs of the model's other groups, whose cores this group
 	 * may borrow while they are idle (see borrow); extra threads pinned

@@ -16,6 +16,7 @@
 #include "comm.h"
 #include "cuda_kernels.h"
 #include "gguf.h"
+#include "graph.h"
 #include "kv_xfer.h"
 #include "kvcache.h"
 #include "log.h"
@@ -60,14 +61,15 @@
 
 /*
  * CUDA graphs of decode iterations: batches of one token per sequence of
- * these sizes, block tables rounded up to a power of two, at most
- * CUDA_MAX_GRAPHS shapes kept (the oldest goes).
+ * power-of-two sizes up to this, block tables rounded up to a power of
+ * two, at most CUDA_GRAPH_SLOTS shapes kept (the oldest goes; graph.h).
  */
-#define CUDA_MAX_GRAPHS		16
 #define CUDA_GRAPH_MAX_BATCH	64
 
 /* Most devices in a tensor-parallel group. */
 #define CUDA_MAX_RANKS	8
+_Static_assert(CUDA_MAX_RANKS <= CUDA_GRAPH_MAX_RANKS,
+    "a decode graph holds one graph per rank");
 
 /* Smallest row capacity of the activation buffers (grown on demand). */
 #define CUDA_MIN_ROWS	64
@@ -125,15 +127,6 @@ struct cuda_rank {
 	size_t			 attn_ws_bytes;
 };
 
-/* A captured decode iteration of one shape. */
-struct cuda_graph {
-	int			 batch;		/* sequences, one token each */
-	uint32_t		 max_blocks;	/* block table width */
-	uint64_t		 gen;		/* buf_gen it was captured at */
-	uint64_t		 last;		/* use stamp, for replacement */
-	cudaGraphExec_t		 exec;		/* NULL: seen once, not captured */
-};
-
 struct backend_inst {
 	const struct model	*m;
 	int			 n_ranks;
@@ -169,14 +162,13 @@ struct backend_inst {
 	struct kvx_list		 kvx;
 
 	/*
-	 * Decode graphs (one device without collectives): captured on the
-	 * second iteration of a shape, replayed after.  buf_gen changes
-	 * whenever a buffer a graph points into is reallocated.
+	 * Decode graphs, one per rank: captured on the second iteration of
+	 * a shape, replayed after.  buf_gen changes whenever a buffer a
+	 * graph points into is reallocated or a KV pool goes.
 	 */
 	int			 graphs;
-	struct cuda_graph	 graph[CUDA_MAX_GRAPHS];
-	uint64_t		 buf_gen, graph_clock;
-	uint64_t		 n_captured, n_replayed;
+	struct cuda_graphs	 gr;
+	uint64_t		 buf_gen;
 };
 
 /* Put a CUDA runtime error into cause; true when there was one. */
@@ -437,9 +429,7 @@ cuda_destroy(struct backend_inst *bi)
 		    cudaSuccess)
 			cudaStreamDestroy(bi->xs[i]);
 	}
-	for (i = 0; i < CUDA_MAX_GRAPHS; i++)
-		if (bi->graph[i].exec != NULL)
-			cudaGraphExecDestroy(bi->graph[i].exec);
+	cuda_graphs_free(&bi->gr);
 	for (i = 0; i < bi->n_ranks; i++) {
 		rk = &bi->r[i];
 		if (cudaSetDevice(rk->dev) != cudaSuccess) {
@@ -558,7 +548,12 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 	bi->ff = (int)mi->n_ff / n;
 	for (i = 0; i < n; i++)
 		bi->r[i].dev = devs[i];
-	bi->graphs = cfg != NULL && cfg->graphs;
+	/*
+	 * By default graphs only where one device runs the group: see
+	 * phasectl(8), cuda-graphs, for why not on several.
+	 */
+	bi->graphs = cfg != NULL && (cfg->graphs == BACKEND_GRAPHS_AUTO ?
+	    n == 1 : cfg->graphs != 0);
 	if ((n > 1 || (cfg != NULL && cfg->collectives)) &&
 	    (bi->comm = cuda_comm_create(devs, n, cause)) == NULL)
 		goto fail;
@@ -612,6 +607,7 @@ cuda_kv_pool_free(struct backend_inst *bi, struct kv_pool *p)
 
 	if (cp == NULL)
 		return;
+	bi->buf_gen++;		/* graphs may point into its pages */
 	for (i = 0; i < bi->n_ranks; i++) {
 		if (cudaSetDevice(bi->r[i].dev) == cudaSuccess) {
 			cudaStreamSynchronize(bi->r[i].stream);
@@ -1058,36 +1054,13 @@ fail:
 }
 
 /*
- * The graph slot of a decode shape: its own, else a free or the least
- * recently used one, reset to the shape (exec NULL).
- */
-static struct cuda_graph *
-graph_slot(struct backend_inst *bi, int batch, uint32_t max_blocks)
-{
-	struct cuda_graph	*g, *old = &bi->graph[0];
-	int			 i;
-
-	for (i = 0; i < CUDA_MAX_GRAPHS; i++) {
-		g = &bi->graph[i];
-		if (g->batch == batch && g->max_blocks == max_blocks)
-			return (g);
-		if (g->last < old->last)
-			old = g;
-	}
-	if (old->exec != NULL)
-		cudaGraphExecDestroy(old->exec);
-	memset(old, 0, sizeof *old);
-	old->batch = batch;
-	old->max_blocks = max_blocks;
-	return (old);
-}
-
-/*
  * Queue the body of a forward pass: as it is, or, for a decode shape
- * (graph), as the replay of its graph, which is captured the second time
- * the shape comes (the first run has grown every buffer and scratch space
- * the work needs, so that nothing is allocated while capturing) and again
- * whenever a buffer it points into has moved.
+ * (graph), as the replay of its graphs, one per rank, which are captured
+ * the second time the shape comes (the first run has grown every buffer
+ * and scratch space the work needs, so that nothing is allocated while
+ * capturing) and again whenever a buffer they point into has moved.  A
+ * capture that fails turns graphs off for the instance, with a warning,
+ * and the work runs plainly: nothing captured has run.
  */
 static int
 run_body(struct backend_inst *bi, struct cuda_pool *cp,
@@ -1095,58 +1068,50 @@ run_body(struct backend_inst *bi, struct cuda_pool *cp,
     struct cuda_attention_args *aa, int graph, char **cause)
 {
 	struct cuda_graph	*g;
-	cudaStream_t		 s = bi->r[0].stream;
-	cudaGraph_t		 cg = NULL;
-	cudaError_t		 e;
+	struct cuda_graph_ranks	 rk;
+	cudaStream_t		 streams[CUDA_MAX_RANKS];
+	int			 devs[CUDA_MAX_RANKS], i, rc;
 	char			*why = NULL;
-	int			 rc;
 
 	if (!graph)
 		return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
-	g = graph_slot(bi, T, (uint32_t)aa->max_blocks);
-	g->last = ++bi->graph_clock;
-	if (g->exec != NULL && g->gen != bi->buf_gen) {
-		cudaGraphExecDestroy(g->exec);
-		g->exec = NULL;
-		g->gen = 0;
+	rk.n = bi->n_ranks;
+	rk.devs = devs;
+	rk.streams = streams;
+	for (i = 0; i < bi->n_ranks; i++) {
+		devs[i] = bi->r[i].dev;
+		streams[i] = bi->r[i].stream;
 	}
-	if (g->exec == NULL && g->gen != bi->buf_gen) {
+	g = cuda_graph_slot(&bi->gr, T, (uint32_t)aa->max_blocks, cp);
+	if (g->n_ranks > 0 && g->gen != bi->buf_gen) {
+		cuda_graph_drop(g);
+		bi->gr.n_dropped++;
+	}
+	if (g->n_ranks == 0 && g->gen != bi->buf_gen) {
 		/* First sight (at this buffer generation): run it plainly. */
 		g->gen = bi->buf_gen;
 		return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
 	}
-	if (g->exec == NULL) {
-		CU(cudaSetDevice(bi->r[0].dev), "select device");
-		CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
-		    "begin decode graph capture");
-		rc = enqueue_body(bi, cp, ml, T, n_out, aa, &why);
-		e = cudaStreamEndCapture(s, &cg);
-		if (rc == 0 && e == cudaSuccess) {
-			e = cudaGraphInstantiate(&g->exec, cg, 0);
-			if (e != cudaSuccess)
-				g->exec = NULL;
-		}
-		if (cg != NULL)
-			cudaGraphDestroy(cg);
-		if (rc != 0 || e != cudaSuccess) {
-			/*
-			 * Nothing captured has run: give up graphs for this
-			 * instance and do the work plainly.
-			 */
+	if (g->n_ranks == 0) {
+		if (cuda_graph_capture_begin(&rk, &why) == 0) {
+			rc = enqueue_body(bi, cp, ml, T, n_out, aa, &why);
+			rc = cuda_graph_capture_end(g, &rk, rc == 0,
+			    why == NULL ? &why : NULL);
+		} else
+			rc = -1;
+		if (rc != 0) {
 			log_warnx("cuda: decode graphs turned off: %s",
-			    why != NULL ? why : cudaGetErrorString(e));
+			    why != NULL ? why : "capture failed");
 			free(why);
-			cudaGetLastError();
 			bi->graphs = 0;
 			return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
 		}
-		bi->n_captured++;
+		bi->gr.n_captured++;
 	}
-	CU(cudaGraphLaunch(g->exec, s), "launch decode graph");
-	bi->n_replayed++;
+	if (cuda_graph_launch(g, &rk, cause) != 0)
+		return (-1);
+	bi->gr.n_replayed++;
 	return (0);
-fail:
-	return (-1);
 }
 
 /*
@@ -1198,8 +1163,8 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 	 * tables are widened to a power of two, and the longest context to
 	 * their span, so that one graph serves many iterations.
 	 */
-	graph = bi->graphs && bi->n_ranks == 1 && bi->comm == NULL &&
-	    max_q == 1 && n_out == T && T <= CUDA_GRAPH_MAX_BATCH &&
+	graph = bi->graphs && max_q == 1 && n_out == T &&
+	    T <= CUDA_GRAPH_MAX_BATCH &&
 	    (T & (T - 1)) == 0;
 	if (graph) {
 		p = 1;
@@ -1612,8 +1577,15 @@ void
 backend_cuda_graph_counts(const struct backend_inst *bi, uint64_t *captured,
     uint64_t *replayed)
 {
-	*captured = bi->n_captured;
-	*replayed = bi->n_replayed;
+	*captured = bi->gr.n_captured;
+	*replayed = bi->gr.n_replayed;
+}
+
+/* How many decode graphs bi has dropped as stale. */
+uint64_t
+backend_cuda_graphs_dropped(const struct backend_inst *bi)
+{
+	return (bi->gr.n_dropped);
 }
 
 /* How many KV transfers into bi went by NCCL and by peer copies. */

@@ -235,7 +235,7 @@ for opt, want in (("policy-deadline=0", "policy-deadline 0 is out of range 1..10
                   ("policy-deadline=5000", "policy-deadline 5000 is out of range 1..1000"),
                   ("keep-alive=soon", "keep-alive 'soon' is not a duration"),
                   ("load=maybe", "load 'maybe' is not lazy or start"),
-                  ("cuda-graphs=maybe", "cuda-graphs 'maybe' is not on or off")):
+                  ("cuda-graphs=maybe", "cuda-graphs 'maybe' is not on, off or auto")):
     rc, out, err = d.ctl("load", "badopt", MODEL, opt)
     ok(rc == 1 and want in err, "load %s is refused by name" % opt, err)
 ok("badopt" not in models(d), "no model is left behind by the refused loads")
