@@ -955,6 +955,46 @@ async_reuse(struct run *a, struct run *dst)
 	kv_seq_release(dst->pool, &sb);
 }
 
+/* A move into a pool without room is refused and takes nothing. */
+static void
+async_full(struct run *a, struct run *dst)
+{
+	struct kv_seq		 sa, sb, fill;
+	struct fwd_entry	 e;
+	struct kv_xfer		*x = NULL;
+	int32_t			 prompt[40];
+	float			 la[MAXV];
+	uint32_t		 used;
+	char			*cause = NULL;
+	int			 i, rc;
+
+	memset(&sa, 0, sizeof sa);
+	memset(&sb, 0, sizeof sb);
+	memset(&fill, 0, sizeof fill);
+	for (i = 0; i < 40; i++)
+		prompt[i] = 1 + i;
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	run_batch(a, &e, 1);
+	kv_seq_reserve(dst->pool, &fill, (dst->pool->n_blocks - 1) *
+	    dst->pool->layout.block_size);
+	used = kv_pool_used_blocks(a->pool);
+	rc = backend_cuda_ops.kv_copy_start(dst->bi, dst->pool, &sb, a->bi,
+	    a->pool, &sa, &x, &cause);
+	ok(rc == -1 && x == NULL && cause != NULL && strstr(cause, "kv copy of 3 blocks: pool has 1 free") != NULL,
+	    "a move of 3 blocks into a pool with 1 free is refused (%s)",
+	    STR(cause));
+	ok(sb.n_blocks == 0 && sb.n_tokens == 0 &&
+	    kv_pool_used_blocks(dst->pool) == dst->pool->n_blocks - 1 &&
+	    kv_pool_used_blocks(a->pool) == used && sa.n_tokens == 40,
+	    "the refused move took no block and left the source as it was");
+	free(cause);
+	kv_seq_release(a->pool, &sa);
+	kv_seq_release(dst->pool, &fill);
+}
+
 /*
  * KV transfers beside compute (kv_copy_start, kv_xfer_poll) on streams
  * that hold their work until it is waited for: by NCCL between groups 0-1
@@ -984,6 +1024,7 @@ test_async_copy(const struct model *m)
 			    (unsigned long long)nccl, (unsigned long long)peer);
 			if (DEFERRED)
 				async_reuse(&a, &b);
+			async_full(&a, &b);
 			run_stop(&b);
 		} else
 			ok(0, "group on devices 2-3");
