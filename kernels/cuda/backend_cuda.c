@@ -1479,7 +1479,7 @@ cuda_kv_copy_start(struct backend_inst *dst, struct kv_pool *dst_pool,
 		if (xfer_stream(src, rank, cause) != 0 ||
 		    xfer_stream(dst, rank, cause) != 0 ||
 		    kvx_after(src->r[rank].dev, src->xs[rank],
-		    src->r[rank].stream, cause) != 0)
+		    src->r[rank].dev, src->r[rank].stream, cause) != 0)
 			goto fail;
 	}
 	x = kvx_new(dst_pool, dst_seq);
@@ -1500,7 +1500,7 @@ cuda_kv_copy_start(struct backend_inst *dst, struct kv_pool *dst_pool,
 	for (rank = 0; rank < dst->n_ranks && (dst == src || cc == NULL);
 	    rank++) {
 		if (dst != src && kvx_after(dst->r[rank].dev, dst->xs[rank],
-		    src->xs[rank], cause) != 0)
+		    src->r[rank].dev, src->xs[rank], cause) != 0)
 			goto fail;
 		CU(cudaSetDevice(dst->r[rank].dev), "select device");
 		/* Runs of consecutive block ids on both sides go in one copy. */

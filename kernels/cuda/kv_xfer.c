@@ -107,22 +107,30 @@ kvx_record(struct kv_xfer *x, int dev, cudaStream_t s, int dst_rank,
 	return (0);
 }
 
-/* Make stream s (device dev) wait for what was queued so far on from. */
+/*
+ * Make stream s (device dev) wait for what was queued so far on stream
+ * from (device from_dev).
+ */
 int
-kvx_after(int dev, cudaStream_t s, cudaStream_t from, char **cause)
+kvx_after(int dev, cudaStream_t s, int from_dev, cudaStream_t from,
+    char **cause)
 {
 	cudaEvent_t	ev;
 	cudaError_t	err;
 
-	/* An event may be destroyed once waited for: the wait keeps it. */
-	if ((err = cudaSetDevice(dev)) != cudaSuccess ||
+	/*
+	 * The event belongs to the recording stream's device; it may be
+	 * destroyed once waited for (the wait keeps what it needs).
+	 */
+	if ((err = cudaSetDevice(from_dev)) != cudaSuccess ||
 	    (err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) !=
 	    cudaSuccess) {
 		set_cause(cause, "cuda: kv transfer order: %s",
 		    cudaGetErrorString(err));
 		return (-1);
 	}
-	if ((err = cudaEventRecord(ev, from)) == cudaSuccess)
+	if ((err = cudaEventRecord(ev, from)) == cudaSuccess &&
+	    (err = cudaSetDevice(dev)) == cudaSuccess)
 		err = cudaStreamWaitEvent(s, ev, 0);
 	cudaEventDestroy(ev);
 	if (err != cudaSuccess) {

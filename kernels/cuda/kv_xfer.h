@@ -47,8 +47,8 @@ struct kv_xfer	*kvx_new(const struct kv_pool *dst_pool,
 int		 kvx_record(struct kv_xfer *, int dev, cudaStream_t s,
 		    int dst_rank, char **cause);
 /* Make stream s (device dev) wait for what was queued so far on from. */
-int		 kvx_after(int dev, cudaStream_t s, cudaStream_t from,
-		    char **cause);
+int		 kvx_after(int dev, cudaStream_t s, int from_dev,
+		    cudaStream_t from, char **cause);
 /* Link the transfer to its destination's list. */
 void		 kvx_link(struct kvx_list *, struct kv_xfer *);
 /*

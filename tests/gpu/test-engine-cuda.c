@@ -1017,10 +1017,12 @@ xfer_end(struct kv_xfer *x)
  * One transfer beside compute from a to dst: prefill on a, start the move,
  * prefill and decode another copy of the prompt on a while the move is
  * still pending (the emulation's streams hold it), decode the moved
- * sequence on dst, which must wait for the data on the device.
+ * sequence on dst, which must wait for the data on the device.  Each
+ * round its own prompt (seed), so that blocks of an earlier round that
+ * are handed out again do not already hold the content.
  */
 static void
-async_round(struct run *a, struct run *dst, const char *what)
+async_round(struct run *a, struct run *dst, int seed, const char *what)
 {
 	struct kv_seq		 sa, sb, sr;
 	struct fwd_entry	 e;
@@ -1035,7 +1037,7 @@ async_round(struct run *a, struct run *dst, const char *what)
 	memset(&sr, 0, sizeof sr);
 	prompt[0] = 1;
 	for (i = 1; i < 40; i++)
-		prompt[i] = 3 + (i * 31) % 500;
+		prompt[i] = 3 + (i * 31 + seed * 7) % 500;
 	e.seq = &sa;
 	e.tokens = prompt;
 	e.n_tokens = 40;
@@ -1154,6 +1156,46 @@ async_reuse(struct run *a, struct run *dst)
 	kv_seq_release(dst->pool, &sb);
 }
 
+/* A move into a pool without room is refused and takes nothing. */
+static void
+async_full(struct run *a, struct run *dst)
+{
+	struct kv_seq		 sa, sb, fill;
+	struct fwd_entry	 e;
+	struct kv_xfer		*x = NULL;
+	int32_t			 prompt[40];
+	float			 la[MAXV];
+	uint32_t		 used;
+	char			*cause = NULL;
+	int			 i, rc;
+
+	memset(&sa, 0, sizeof sa);
+	memset(&sb, 0, sizeof sb);
+	memset(&fill, 0, sizeof fill);
+	for (i = 0; i < 40; i++)
+		prompt[i] = 1 + i;
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	run_batch(a, &e, 1);
+	kv_seq_reserve(dst->pool, &fill, (dst->pool->n_blocks - 1) *
+	    dst->pool->layout.block_size);
+	used = kv_pool_used_blocks(a->pool);
+	rc = backend_cuda_ops.kv_copy_start(dst->bi, dst->pool, &sb, a->bi,
+	    a->pool, &sa, &x, &cause);
+	ok(rc == -1 && x == NULL && cause != NULL && strstr(cause, "kv copy of 3 blocks: pool has 1 free") != NULL,
+	    "a move of 3 blocks into a pool with 1 free is refused (%s)",
+	    STR(cause));
+	ok(sb.n_blocks == 0 && sb.n_tokens == 0 &&
+	    kv_pool_used_blocks(dst->pool) == dst->pool->n_blocks - 1 &&
+	    kv_pool_used_blocks(a->pool) == used && sa.n_tokens == 40,
+	    "the refused move took no block and left the source as it was");
+	free(cause);
+	kv_seq_release(a->pool, &sa);
+	kv_seq_release(dst->pool, &fill);
+}
+
 /*
  * KV transfers beside compute (kv_copy_start, kv_xfer_poll) on streams
  * that hold their work until it is waited for: by NCCL between groups 0-1
@@ -1176,19 +1218,20 @@ test_async_copy(const struct model *m)
 	if (run_start(&a, &backend_cuda_ops, m, &cfg, 16) == 0) {
 		cfg.devices = db;
 		if (run_start(&b, &backend_cuda_ops, m, &cfg, 16) == 0) {
-			async_round(&a, &b, "nccl 0-1 to 2-3");
+			async_round(&a, &b, 1, "nccl 0-1 to 2-3");
 			backend_cuda_kv_transfers(b.bi, &nccl, &peer);
 			ok(nccl == 1 && peer == 0, "that move went by nccl "
 			    "(%llu by nccl, %llu by peer copies)",
 			    (unsigned long long)nccl, (unsigned long long)peer);
 			if (DEFERRED)
 				async_reuse(&a, &b);
+			async_full(&a, &b);
 			run_stop(&b);
 		} else
 			ok(0, "group on devices 2-3");
 		cfg.devices = dov;
 		if (run_start(&over, &backend_cuda_ops, m, &cfg, 16) == 0) {
-			async_round(&a, &over, "peer copies 0-1 to 1-2");
+			async_round(&a, &over, 2, "peer copies 0-1 to 1-2");
 			backend_cuda_kv_transfers(over.bi, &nccl, &peer);
 			ok(nccl == 0 && peer == 1, "that move went by peer "
 			    "copies (%llu by nccl, %llu by peer copies)",
@@ -1196,7 +1239,7 @@ test_async_copy(const struct model *m)
 			run_stop(&over);
 		} else
 			ok(0, "group on devices 1-2");
-		async_round(&a, &a, "within group 0-1");
+		async_round(&a, &a, 3, "within group 0-1");
 		run_stop(&a);
 	} else
 		ok(0, "group on devices 0-1");
