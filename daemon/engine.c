@@ -35,6 +35,7 @@
 #define ENGINE_HIST		64	/* iteration stats kept for the view */
 #define ENGINE_TEXT_MAX		4096	/* text bytes one token may emit */
 #define ENGINE_IDLE_WAIT_MS	50	/* nap when a plan has nothing to run */
+#define ENGINE_XFER_POLL_MS	1	/* nap of an idle source of KV moving */
 
 struct ereq {
 	TAILQ_ENTRY(ereq)	 entry;
@@ -73,6 +74,19 @@ struct ereq {
 	uint32_t		 uid, weight;
 };
 TAILQ_HEAD(ereq_list, ereq);
+
+/*
+ * A KV transfer the backend is still doing (kv_copy_start): the source
+ * blocks it reads stay held here until it is polled done.
+ */
+struct expend {
+	struct expend		*next;
+	struct kv_xfer		*x;
+	int			 src, dst;	/* groups */
+	struct kv_seq		 seq;		/* the source's blocks */
+	uint64_t		 id;		/* the request moved */
+	uint64_t		 t0, bytes;
+};
 
 struct egroup {
 	struct engine		*e;
@@ -138,6 +152,7 @@ struct engine {
 	struct wait_model	 wmodel;	/* iteration cost, all groups */
 	struct engine_policy_report prep; /* the last planned iteration's */
 	int			 holds;		/* engine_hold() by other threads */
+	struct expend		*xfers;		/* KV transfers in flight */
 };
 
 /* Lock the engine. */
@@ -359,30 +374,124 @@ build_view(struct engine *e, struct egroup *g, struct phased_view *v)
 	v->abi_minor = PHASED_POLICY_ABI_MINOR;
 }
 
-/* Move a request's KV from its group to group `to`.  Lock held. */
+/* Count a finished KV transfer: its bytes and queue-to-end time. */
+static void
+xfer_count(struct engine *e, uint64_t bytes, uint64_t ns, int async)
+{
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFERS, 1);
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_BYTES, bytes);
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_NS, ns);
+	if (async)
+		inst_metrics_count(&e->metrics, CNT_KV_TRANSFERS_ASYNC, 1);
+}
+
+/*
+ * Finish the KV transfers that are over (all of them with wait): free the
+ * source blocks they read, count them, and fail a request whose transfer
+ * failed (its KV at the destination is not usable).  Lock held; returns
+ * how many ended.
+ */
+static int
+xfers_poll(struct engine *e, int wait)
+{
+	struct expend	**pp = &e->xfers, *p;
+	struct ereq	 *r;
+	char		 *cause = NULL, msg[128];
+	int		  rc, n = 0;
+
+	while ((p = *pp) != NULL) {
+		if ((rc = e->ops->kv_xfer_poll(p->x, wait, &cause)) == 0) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		kv_seq_release(e->groups[p->src].pool, &p->seq);
+		if (rc == 1)
+			xfer_count(e, p->bytes, now_ns() - p->t0, 1);
+		else {
+			log_warnx("%s: kv transfer of request %llu to group %d "
+			    "failed: %s", e->name, (unsigned long long)p->id,
+			    p->dst, cause);
+			snprintf(msg, sizeof msg, "kv transfer to group %d "
+			    "failed", p->dst);
+			if ((r = find_req(e, p->id)) != NULL && r->group >= 0) {
+				if (r->busy && !r->cancel) {
+					r->cancel = 1;
+					r->cancel_why = xstrdup(msg);
+				} else if (!r->busy)
+					finish(e, r, FINISH_ERROR, msg);
+			}
+			free(cause);
+			cause = NULL;
+		}
+		free(p);
+		n++;
+	}
+	return (n);
+}
+
+/* Whether a KV transfer out of group g is still moving.  Lock held. */
+static int
+xfers_from(const struct engine *e, int g)
+{
+	const struct expend	*p;
+
+	for (p = e->xfers; p != NULL; p = p->next)
+		if (p->src == g)
+			return (1);
+	return (0);
+}
+
+/*
+ * Move a request's KV from its group to group `to`.  Lock held.  With a
+ * backend that transfers beside compute the request is the destination's
+ * at once (its forward passes wait for the data on the device) and the
+ * source blocks are held until xfers_poll sees the transfer end.
+ */
 static int
 migrate(struct engine *e, struct ereq *r, int to)
 {
 	struct egroup	*src = &e->groups[r->group], *dst = &e->groups[to];
 	struct kv_seq	 seq;
+	struct kv_xfer	*x = NULL;
+	struct expend	*p;
 	char		*cause = NULL;
 	uint64_t	 t0 = now_ns(), bytes;
+	int		 rc = -1;
 
 	memset(&seq, 0, sizeof seq);
 	bytes = (uint64_t)kv_pool_blocks_for(src->pool, r->seq.n_tokens) *
 	    src->pool->block_bytes;
-	if (e->ops->kv_copy == NULL || e->ops->kv_copy(dst->bi, dst->pool,
-	    &seq, src->bi, src->pool, &r->seq, &cause) != 0) {
+	if (e->ops->kv_copy_start != NULL && e->ops->kv_xfer_poll != NULL)
+		rc = e->ops->kv_copy_start(dst->bi, dst->pool, &seq, src->bi,
+		    src->pool, &r->seq, &x, &cause);
+	else if (e->ops->kv_copy != NULL)
+		rc = e->ops->kv_copy(dst->bi, dst->pool, &seq, src->bi,
+		    src->pool, &r->seq, &cause);
+	if (rc != 0) {
 		log_debug("%s: migration of %llu to group %d deferred: %s",
 		    e->name, (unsigned long long)r->id, to,
 		    cause != NULL ? cause : "no kv transfer");
 		free(cause);
 		return (-1);
 	}
-	inst_metrics_count(&e->metrics, CNT_KV_TRANSFERS, 1);
-	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_BYTES, bytes);
-	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_NS, now_ns() - t0);
-	kv_seq_release(src->pool, &r->seq);
+	inst_metrics_count(&e->metrics, CNT_KV_TRANSFER_QUEUE_NS,
+	    now_ns() - t0);
+	if (x == NULL) {
+		xfer_count(e, bytes, now_ns() - t0, 0);
+		kv_seq_release(src->pool, &r->seq);
+	} else {
+		p = xcalloc(1, sizeof *p);
+		p->x = x;
+		p->src = r->group;
+		p->dst = to;
+		p->seq = r->seq;
+		p->id = r->id;
+		p->t0 = t0;
+		p->bytes = bytes;
+		p->next = e->xfers;
+		e->xfers = p;
+	}
 	r->seq = seq;
 	r->group = to;
 	reqwait_gap(&r->timing.wait, now_ns(), WAIT_KV_TRANSFER);
@@ -866,11 +975,15 @@ group_main(void *arg)
 	elock(e);
 	for (;;) {
 		reap(e, now_ns());
+		if (e->xfers != NULL && xfers_poll(e, 0) > 0)
+			pthread_cond_broadcast(&e->cv);
 		if (e->stopping && e->n_reqs == 0)
 			break;
 		update_gauges(e);
 		if (!group_has_work(e, g)) {
-			idle_wait(e, g, 1000);
+			/* Come back soon to free blocks a transfer holds. */
+			idle_wait(e, g, xfers_from(e, g->index) ?
+			    ENGINE_XFER_POLL_MS : 1000);
 			continue;
 		}
 		g->idle = 0;
@@ -1027,7 +1140,8 @@ group_setup(struct engine *e, int i, char **cause)
 	bc.devices = gs->n_cpus > 0 ? gs->cpus : NULL;
 	bc.n_devices = gs->n_cpus;
 	bc.n_threads = gs->n_threads;
-	bc.graphs = e->conf.cuda_graphs;
+	bc.graphs = e->conf.cuda_graphs > 0 ? 1 : e->conf.cuda_graphs < 0 ?
+	    0 : BACKEND_GRAPHS_AUTO;
 	g->lent_to = -1;
 	g->n_lend = lend_cpus(e, i, lend, (int)(sizeof lend / sizeof lend[0]));
 	bc.lend_devices = lend;
@@ -1171,6 +1285,7 @@ engine_destroy(struct engine *e, const char *why)
 			pthread_join(e->groups[i].thread, NULL);
 	/* Loops that never started leave their requests to us. */
 	elock(e);
+	xfers_poll(e, 1);
 	reap(e, now_ns());
 	eunlock(e);
 	for (i = 0; i < ENGINE_MAX_GROUPS; i++)

@@ -42,7 +42,8 @@ struct engine_config {
 	const char		*policy_host;	/* phased-policy-host */
 	uint32_t		 policy_deadline_ms; /* per call; 0: automatic */
 	int			 prefix_cache;	/* reuse cached KV of prompts */
-	int			 cuda_graphs;	/* decode iterations as CUDA graphs */
+	int			 cuda_graphs;	/* decode as CUDA graphs: 1 on, -1 off,
+						   0 where they pay */
 };
 
 /* What a generation asks for (the engine copies it). */

@@ -326,10 +326,12 @@ inst_opts_parse(char *const *argv, int argc, struct inst_opts *o, char **cause)
 			if (strcmp(v, "on") == 0 || strcmp(v, "yes") == 0)
 				o->cuda_graphs = 1;
 			else if (strcmp(v, "off") == 0 || strcmp(v, "no") == 0)
+				o->cuda_graphs = -1;
+			else if (strcmp(v, "auto") == 0)
 				o->cuda_graphs = 0;
 			else {
-				set_cause(cause, "cuda-graphs '%s' is not on "
-				    "or off", v);
+				set_cause(cause, "cuda-graphs '%s' is not on, "
+				    "off or auto", v);
 				rc = -1;
 			}
 		} else if (strcmp(k, "policy-deadline") == 0)

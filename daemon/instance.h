@@ -38,7 +38,7 @@ struct inst_opts {
 	char		*chat_template;	/* template=NAME; NULL: the model's */
 	uint32_t	 policy_deadline_ms; /* 0: phased.conf's */
 	int		 no_prefix_cache; /* prefix-cache=no */
-	int		 cuda_graphs;	/* cuda-graphs=on */
+	int		 cuda_graphs;	/* cuda-graphs=: 1 on, -1 off, 0 auto */
 };
 
 enum inst_state {

@@ -270,9 +270,11 @@ enum metric_counter {
 	CNT_ITER_MEASURED_US,	/* what the last iteration took (gauge) */
 	CNT_KV_TRANSFERS,	/* KV moves between device groups */
 	CNT_KV_TRANSFER_BYTES,	/* bytes of KV blocks they moved */
-	CNT_KV_TRANSFER_NS,	/* time spent moving them */
+	CNT_KV_TRANSFER_NS,	/* their time, from queued to seen done */
 	CNT_LEND_ITERATIONS,	/* iterations run with another group's cores */
 	CNT_CORES_LENT,		/* borrowed threads, summed over them */
+	CNT_KV_TRANSFERS_ASYNC,	/* moves that ran beside compute */
+	CNT_KV_TRANSFER_QUEUE_NS, /* host time spent starting moves */
 	CNT__COUNT
 };
 

@@ -388,8 +388,14 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 	    "Bytes of KV blocks moved between device groups.", snaps, n,
 	    S(counters[CNT_KV_TRANSFER_BYTES]));
 	prom_field(sb, "phased_kv_transfer_seconds_total", "counter",
-	    "Time spent moving KV between device groups.", snaps, n,
-	    S(counters[CNT_KV_TRANSFER_NS]) / 1e9);
+	    "Time KV moves between device groups took, queued to done.", snaps,
+	    n, S(counters[CNT_KV_TRANSFER_NS]) / 1e9);
+	prom_field(sb, "phased_kv_transfers_async_total", "counter",
+	    "KV moves that ran beside compute, their source blocks held until "
+	    "done.", snaps, n, S(counters[CNT_KV_TRANSFERS_ASYNC]));
+	prom_field(sb, "phased_kv_transfer_queue_seconds_total", "counter",
+	    "Host time the engine spent starting KV moves.", snaps, n,
+	    S(counters[CNT_KV_TRANSFER_QUEUE_NS]) / 1e9);
 	prom_field(sb, "phased_lend_iterations_total", "counter",
 	    "Iterations a device group ran with the cores of idle groups.",
 	    snaps, n, S(counters[CNT_LEND_ITERATIONS]));

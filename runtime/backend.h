@@ -20,13 +20,17 @@
  * with *cause on failure; ops marked optional may be NULL.
  */
 struct backend_inst;
+struct kv_xfer;		/* a KV transfer in flight (kv_copy_start) */
+
+/* CUDA graphs where they pay: groups of one device (backend_cuda.c). */
+#define BACKEND_GRAPHS_AUTO	(-1)
 
 struct backend_config {
 	const int	*devices;	/* cpu: CPU ids to pin to; gpu: ids */
 	int		 n_devices;
 	int		 n_threads;	/* cpu: threads; 0 = model opts, then all */
 	int		 collectives;	/* gpu: NCCL even for one device */
-	int		 graphs;	/* gpu: CUDA graphs for decode */
+	int		 graphs;	/* gpu: decode as CUDA graphs: 0, 1, AUTO */
 	/*
 	 * cpu: the CPUs of the model's other groups, whose cores this group
 	 * may borrow while they are idle (see borrow); extra threads pinned
@@ -61,6 +65,30 @@ struct backend_ops {
 			    struct kv_pool *dst_pool, struct kv_seq *dst_seq,
 			    struct backend_inst *src, const struct kv_pool *src_pool,
 			    const struct kv_seq *src_seq, char **cause);
+	/*
+	 * Start what kv_copy does without waiting for the data: dst_seq
+	 * holds its blocks and tokens on return, and the backend orders
+	 * the destination's later forward passes over those blocks after
+	 * the data lands, but src_seq's blocks are still read until
+	 * kv_xfer_poll says the transfer is done, so they must not be
+	 * released or written before.  *xfer is NULL when the copy was
+	 * done before returning.  On failure nothing is in flight and
+	 * dst_seq is empty.  Optional (with kv_xfer_poll): without it
+	 * kv_copy is used.
+	 */
+	int		(*kv_copy_start)(struct backend_inst *dst,
+			    struct kv_pool *dst_pool, struct kv_seq *dst_seq,
+			    struct backend_inst *src, const struct kv_pool *src_pool,
+			    const struct kv_seq *src_seq, struct kv_xfer **xfer,
+			    char **cause);
+	/*
+	 * Whether a transfer kv_copy_start began is over: 1 done, 0 still
+	 * moving (never when wait is set: then it blocks until the end),
+	 * -1 failed with *cause (nothing in flight any more; the
+	 * destination's copy is not usable).  On 1 and -1 xfer is freed.
+	 */
+	int		(*kv_xfer_poll)(struct kv_xfer *xfer, int wait,
+			    char **cause);
 	/*
 	 * Bytes of device memory the weights take on each device of the
 	 * group, in its order, into per_device[0..max-1]; returns how many

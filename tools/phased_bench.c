@@ -33,7 +33,7 @@
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-r REPS] [-t THREADS]\n"
     "\t[--bw GBPS] [--bf16] [--no-repack] [--no-amx] [--json] [--backend NAME]\n"
-    "\t[--devices N[,N...]] [--collectives] [--graphs]";
+    "\t[--devices N[,N...]] [--collectives] [--graphs | --no-graphs]";
 
 struct pb_opts {
 	const char	*model;
@@ -51,7 +51,7 @@ struct pb_opts {
 	int		 devices[PB_MAX_LIST];	/* gpu ids of the group */
 	int		 n_devices;
 	int		 collectives;	/* NCCL even for one GPU */
-	int		 graphs;	/* decode as CUDA graphs */
+	int		 graphs;	/* decode as CUDA graphs: 1, 0, AUTO */
 	int		 no_repack;	/* keep every weight in the mapped file */
 	int		 no_amx;	/* keep large batches off the AMX tiles */
 };
@@ -133,6 +133,7 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 	o->n_batch = 4;
 	o->reps = 5;
 	o->bw_gbps = 31;
+	o->graphs = BACKEND_GRAPHS_AUTO;	/* the daemon's default */
 	for (i = 1; i < argc; i++) {
 		a = argv[i];
 		if (strcmp(a, "--json") == 0) {
@@ -147,8 +148,9 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 			o->collectives = 1;
 			continue;
 		}
-		if (strcmp(a, "--graphs") == 0) {
-			o->graphs = 1;
+		if (strcmp(a, "--graphs") == 0 ||
+		    strcmp(a, "--no-graphs") == 0) {
+			o->graphs = a[2] == 'g';
 			continue;
 		}
 		if (strcmp(a, "--no-repack") == 0) {

@@ -16,6 +16,8 @@
 #include "comm.h"
 #include "cuda_kernels.h"
 #include "gguf.h"
+#include "graph.h"
+#include "kv_xfer.h"
 #include "kvcache.h"
 #include "log.h"
 #include "model.h"
@@ -59,14 +61,15 @@
 
 /*
  * CUDA graphs of decode iterations: batches of one token per sequence of
- * these sizes, block tables rounded up to a power of two, at most
- * CUDA_MAX_GRAPHS shapes kept (the oldest goes).
+ * power-of-two sizes up to this, block tables rounded up to a power of
+ * two, at most CUDA_GRAPH_SLOTS shapes kept (the oldest goes; graph.h).
  */
-#define CUDA_MAX_GRAPHS		16
 #define CUDA_GRAPH_MAX_BATCH	64
 
 /* Most devices in a tensor-parallel group. */
 #define CUDA_MAX_RANKS	8
+_Static_assert(CUDA_MAX_RANKS <= CUDA_GRAPH_MAX_RANKS,
+    "a decode graph holds one graph per rank");
 
 /* Smallest row capacity of the activation buffers (grown on demand). */
 #define CUDA_MIN_ROWS	64
@@ -124,15 +127,6 @@ struct cuda_rank {
 	size_t			 attn_ws_bytes;
 };
 
-/* A captured decode iteration of one shape. */
-struct cuda_graph {
-	int			 batch;		/* sequences, one token each */
-	uint32_t		 max_blocks;	/* block table width */
-	uint64_t		 gen;		/* buf_gen it was captured at */
-	uint64_t		 last;		/* use stamp, for replacement */
-	cudaGraphExec_t		 exec;		/* NULL: seen once, not captured */
-};
-
 struct backend_inst {
 	const struct model	*m;
 	int			 n_ranks;
@@ -159,16 +153,22 @@ struct backend_inst {
 	int			 xfer_devs[CUDA_MAX_RANKS];
 	int			 xfer_refused;
 	uint64_t		 n_xfer_nccl, n_xfer_peer;
+	/*
+	 * Transfer streams, one per rank, made on first use: sends and
+	 * copies out of this instance and receives into it go there, apart
+	 * from compute; kvx holds the transfers into it not yet polled done.
+	 */
+	cudaStream_t		 xs[CUDA_MAX_RANKS];
+	struct kvx_list		 kvx;
 
 	/*
-	 * Decode graphs (one device without collectives): captured on the
-	 * second iteration of a shape, replayed after.  buf_gen changes
-	 * whenever a buffer a graph points into is reallocated.
+	 * Decode graphs, one per rank: captured on the second iteration of
+	 * a shape, replayed after.  buf_gen changes whenever a buffer a
+	 * graph points into is reallocated or a KV pool goes.
 	 */
 	int			 graphs;
-	struct cuda_graph	 graph[CUDA_MAX_GRAPHS];
-	uint64_t		 buf_gen, graph_clock;
-	uint64_t		 n_captured, n_replayed;
+	struct cuda_graphs	 gr;
+	uint64_t		 buf_gen;
 };
 
 /* Put a CUDA runtime error into cause; true when there was one. */
@@ -423,9 +423,13 @@ cuda_destroy(struct backend_inst *bi)
 
 	if (bi == NULL)
 		return;
-	for (i = 0; i < CUDA_MAX_GRAPHS; i++)
-		if (bi->graph[i].exec != NULL)
-			cudaGraphExecDestroy(bi->graph[i].exec);
+	kvx_list_free(&bi->kvx);
+	for (i = 0; i < bi->n_ranks; i++) {
+		if (bi->xs[i] != NULL && cudaSetDevice(bi->r[i].dev) ==
+		    cudaSuccess)
+			cudaStreamDestroy(bi->xs[i]);
+	}
+	cuda_graphs_free(&bi->gr);
 	for (i = 0; i < bi->n_ranks; i++) {
 		rk = &bi->r[i];
 		if (cudaSetDevice(rk->dev) != cudaSuccess) {
@@ -537,13 +541,19 @@ cuda_create(const struct model *m, const struct backend_config *cfg,
 
 	bi = xcalloc(1, sizeof *bi);
 	bi->m = m;
+	kvx_list_init(&bi->kvx);
 	bi->n_ranks = n;
 	bi->nh = (int)mi->n_head / n;
 	bi->nkv = (int)mi->n_head_kv / n;
 	bi->ff = (int)mi->n_ff / n;
 	for (i = 0; i < n; i++)
 		bi->r[i].dev = devs[i];
-	bi->graphs = cfg != NULL && cfg->graphs;
+	/*
+	 * By default graphs only where one device runs the group: see
+	 * phasectl(8), cuda-graphs, for why not on several.
+	 */
+	bi->graphs = cfg != NULL && (cfg->graphs == BACKEND_GRAPHS_AUTO ?
+	    n == 1 : cfg->graphs != 0);
 	if ((n > 1 || (cfg != NULL && cfg->collectives)) &&
 	    (bi->comm = cuda_comm_create(devs, n, cause)) == NULL)
 		goto fail;
@@ -597,6 +607,7 @@ cuda_kv_pool_free(struct backend_inst *bi, struct kv_pool *p)
 
 	if (cp == NULL)
 		return;
+	bi->buf_gen++;		/* graphs may point into its pages */
 	for (i = 0; i < bi->n_ranks; i++) {
 		if (cudaSetDevice(bi->r[i].dev) == cudaSuccess) {
 			cudaStreamSynchronize(bi->r[i].stream);
@@ -1043,36 +1054,13 @@ fail:
 }
 
 /*
- * The graph slot of a decode shape: its own, else a free or the least
- * recently used one, reset to the shape (exec NULL).
- */
-static struct cuda_graph *
-graph_slot(struct backend_inst *bi, int batch, uint32_t max_blocks)
-{
-	struct cuda_graph	*g, *old = &bi->graph[0];
-	int			 i;
-
-	for (i = 0; i < CUDA_MAX_GRAPHS; i++) {
-		g = &bi->graph[i];
-		if (g->batch == batch && g->max_blocks == max_blocks)
-			return (g);
-		if (g->last < old->last)
-			old = g;
-	}
-	if (old->exec != NULL)
-		cudaGraphExecDestroy(old->exec);
-	memset(old, 0, sizeof *old);
-	old->batch = batch;
-	old->max_blocks = max_blocks;
-	return (old);
-}
-
-/*
  * Queue the body of a forward pass: as it is, or, for a decode shape
- * (graph), as the replay of its graph, which is captured the second time
- * the shape comes (the first run has grown every buffer and scratch space
- * the work needs, so that nothing is allocated while capturing) and again
- * whenever a buffer it points into has moved.
+ * (graph), as the replay of its graphs, one per rank, which are captured
+ * the second time the shape comes (the first run has grown every buffer
+ * and scratch space the work needs, so that nothing is allocated while
+ * capturing) and again whenever a buffer they point into has moved.  A
+ * capture that fails turns graphs off for the instance, with a warning,
+ * and the work runs plainly: nothing captured has run.
  */
 static int
 run_body(struct backend_inst *bi, struct cuda_pool *cp,
@@ -1080,58 +1068,50 @@ run_body(struct backend_inst *bi, struct cuda_pool *cp,
     struct cuda_attention_args *aa, int graph, char **cause)
 {
 	struct cuda_graph	*g;
-	cudaStream_t		 s = bi->r[0].stream;
-	cudaGraph_t		 cg = NULL;
-	cudaError_t		 e;
+	struct cuda_graph_ranks	 rk;
+	cudaStream_t		 streams[CUDA_MAX_RANKS];
+	int			 devs[CUDA_MAX_RANKS], i, rc;
 	char			*why = NULL;
-	int			 rc;
 
 	if (!graph)
 		return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
-	g = graph_slot(bi, T, (uint32_t)aa->max_blocks);
-	g->last = ++bi->graph_clock;
-	if (g->exec != NULL && g->gen != bi->buf_gen) {
-		cudaGraphExecDestroy(g->exec);
-		g->exec = NULL;
-		g->gen = 0;
+	rk.n = bi->n_ranks;
+	rk.devs = devs;
+	rk.streams = streams;
+	for (i = 0; i < bi->n_ranks; i++) {
+		devs[i] = bi->r[i].dev;
+		streams[i] = bi->r[i].stream;
 	}
-	if (g->exec == NULL && g->gen != bi->buf_gen) {
+	g = cuda_graph_slot(&bi->gr, T, (uint32_t)aa->max_blocks, cp);
+	if (g->n_ranks > 0 && g->gen != bi->buf_gen) {
+		cuda_graph_drop(g);
+		bi->gr.n_dropped++;
+	}
+	if (g->n_ranks == 0 && g->gen != bi->buf_gen) {
 		/* First sight (at this buffer generation): run it plainly. */
 		g->gen = bi->buf_gen;
 		return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
 	}
-	if (g->exec == NULL) {
-		CU(cudaSetDevice(bi->r[0].dev), "select device");
-		CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
-		    "begin decode graph capture");
-		rc = enqueue_body(bi, cp, ml, T, n_out, aa, &why);
-		e = cudaStreamEndCapture(s, &cg);
-		if (rc == 0 && e == cudaSuccess) {
-			e = cudaGraphInstantiate(&g->exec, cg, 0);
-			if (e != cudaSuccess)
-				g->exec = NULL;
-		}
-		if (cg != NULL)
-			cudaGraphDestroy(cg);
-		if (rc != 0 || e != cudaSuccess) {
-			/*
-			 * Nothing captured has run: give up graphs for this
-			 * instance and do the work plainly.
-			 */
+	if (g->n_ranks == 0) {
+		if (cuda_graph_capture_begin(&rk, &why) == 0) {
+			rc = enqueue_body(bi, cp, ml, T, n_out, aa, &why);
+			rc = cuda_graph_capture_end(g, &rk, rc == 0,
+			    why == NULL ? &why : NULL);
+		} else
+			rc = -1;
+		if (rc != 0) {
 			log_warnx("cuda: decode graphs turned off: %s",
-			    why != NULL ? why : cudaGetErrorString(e));
+			    why != NULL ? why : "capture failed");
 			free(why);
-			cudaGetLastError();
 			bi->graphs = 0;
 			return (enqueue_body(bi, cp, ml, T, n_out, aa, cause));
 		}
-		bi->n_captured++;
+		bi->gr.n_captured++;
 	}
-	CU(cudaGraphLaunch(g->exec, s), "launch decode graph");
-	bi->n_replayed++;
+	if (cuda_graph_launch(g, &rk, cause) != 0)
+		return (-1);
+	bi->gr.n_replayed++;
 	return (0);
-fail:
-	return (-1);
 }
 
 /*
@@ -1183,8 +1163,8 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 	 * tables are widened to a power of two, and the longest context to
 	 * their span, so that one graph serves many iterations.
 	 */
-	graph = bi->graphs && bi->n_ranks == 1 && bi->comm == NULL &&
-	    max_q == 1 && n_out == T && T <= CUDA_GRAPH_MAX_BATCH &&
+	graph = bi->graphs && max_q == 1 && n_out == T &&
+	    T <= CUDA_GRAPH_MAX_BATCH &&
 	    (T & (T - 1)) == 0;
 	if (graph) {
 		p = 1;
@@ -1239,6 +1219,11 @@ cuda_forward(struct backend_inst *bi, struct kv_pool *pool,
 		if (e->logits != NULL)
 			hout[r++] = row - 1;
 	}
+	/* KV still arriving from another group is waited for on the device. */
+	for (i = 0; i < bi->n_ranks; i++)
+		if (kvx_order(&bi->kvx, pool, b, i, bi->r[i].dev,
+		    bi->r[i].stream, cause) != 0)
+			goto fail;
 	for (i = 0; i < bi->n_ranks; i++) {
 		rk = &bi->r[i];
 		CU(cudaSetDevice(rk->dev), "select device");
@@ -1298,18 +1283,17 @@ fail:
 	return (-1);
 }
 
-/* Queue a copy of KV pages on dst's stream, between devices if need be. */
+/* Queue a copy of KV pages on stream st of dst's device, from src's. */
 static int
-copy_run(const struct cuda_rank *dst, const struct cuda_rank *src, void *d,
-    const void *s, size_t bytes, char **cause)
+copy_run(const struct cuda_rank *dst, const struct cuda_rank *src,
+    cudaStream_t st, void *d, const void *s, size_t bytes, char **cause)
 {
 	if (dst->dev == src->dev) {
 		if (cu_failed(cudaMemcpyAsync(d, s, bytes,
-		    cudaMemcpyDeviceToDevice, dst->stream), "copy kv blocks",
-		    cause))
+		    cudaMemcpyDeviceToDevice, st), "copy kv blocks", cause))
 			return (-1);
 	} else if (cu_failed(cudaMemcpyPeerAsync(d, dst->dev, s, src->dev,
-	    bytes, dst->stream), "copy kv blocks between devices", cause))
+	    bytes, st), "copy kv blocks between devices", cause))
 		return (-1);
 	return (0);
 }
@@ -1348,8 +1332,9 @@ xfer_comm(struct backend_inst *dst, const struct backend_inst *src)
 }
 
 /*
- * Queue the NCCL sends (on the source ranks' streams) and receives (on
- * ours) of one layer's K and V runs, rank r to rank r, in one group.
+ * Queue the NCCL sends (on the source ranks' transfer streams) and
+ * receives (on ours) of one layer's K and V runs, rank r to rank r, in one
+ * group.
  */
 static int
 xfer_layer(struct cuda_comm *cc, struct backend_inst *dst,
@@ -1383,9 +1368,9 @@ xfer_layer(struct cuda_comm *cc, struct backend_inst *dst,
 				s = (const uint8_t *)(kv ? pool_v(sp, r, layer) :
 				    pool_k(sp, r, layer)) + soff;
 				if (cuda_comm_send(cc, r, N + r, s, bytes,
-				    src->r[r].stream, cause) != 0 ||
+				    src->xs[r], cause) != 0 ||
 				    cuda_comm_recv(cc, N + r, r, d, bytes,
-				    dst->r[r].stream, cause) != 0) {
+				    dst->xs[r], cause) != 0) {
 					cuda_comm_group_end(NULL);
 					return (-1);
 				}
@@ -1395,19 +1380,49 @@ xfer_layer(struct cuda_comm *cc, struct backend_inst *dst,
 	return (cuda_comm_group_end(cause));
 }
 
+/* Make rank's transfer stream of bi, on first use. */
+static int
+xfer_stream(struct backend_inst *bi, int rank, char **cause)
+{
+	if (bi->xs[rank] != NULL)
+		return (0);
+	CU(cudaSetDevice(bi->r[rank].dev), "select device");
+	CU(cudaStreamCreateWithFlags(&bi->xs[rank], cudaStreamNonBlocking),
+	    "create kv transfer stream");
+	return (0);
+fail:
+	return (-1);
+}
+
+/* Wait for what was queued on the transfer streams of bi. */
+static void
+xfer_drain(struct backend_inst *bi)
+{
+	int	i;
+
+	for (i = 0; i < bi->n_ranks; i++)
+		if (bi->xs[i] != NULL && cudaSetDevice(bi->r[i].dev) ==
+		    cudaSuccess)
+			cudaStreamSynchronize(bi->xs[i]);
+}
+
 /*
- * Copy src_seq's KV into the empty dst_seq: blocks are taken from dst_pool
- * on the host, then each layer's K and V pages are copied on the device,
- * rank by rank: between two groups with NCCL sends and receives (peer
- * copies where NCCL is absent or the groups share a device), within one
- * instance by device copies.  Both groups must split the heads alike, that
- * is, have as many devices.
+ * Start copying src_seq's KV into the empty dst_seq: blocks are taken
+ * from dst_pool on the host, then each layer's K and V pages are queued,
+ * rank by rank, on the transfer streams behind the source's compute
+ * streams: between two groups with NCCL sends and receives (peer copies
+ * where NCCL is absent or the groups share a device), within one instance
+ * by device copies.  Nothing waits on the host: the destination's forward
+ * passes over the blocks wait for the transfer on the device (kvx_order)
+ * and the caller keeps src_seq's blocks until cuda_kv_xfer_poll says it is
+ * done.  Both groups must split the heads alike, that is, have as many
+ * devices.
  */
 static int
-cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
+cuda_kv_copy_start(struct backend_inst *dst, struct kv_pool *dst_pool,
     struct kv_seq *dst_seq, struct backend_inst *src,
     const struct kv_pool *src_pool, const struct kv_seq *src_seq,
-    char **cause)
+    struct kv_xfer **xfer, char **cause)
 {
 	struct cuda_pool	*dp = cuda_pool_of(dst_pool);
 	const struct cuda_pool	*sp = cuda_pool_of(src_pool);
@@ -1416,7 +1431,9 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 	uint32_t		 nb, i, layer, run;
 	int			 rank;
 	struct cuda_comm	*cc = NULL;
+	struct kv_xfer		*x = NULL;
 
+	*xfer = NULL;
 	if (dp == NULL || sp == NULL || dp->bi != dst || sp->bi != src) {
 		set_cause(cause, "cuda: kv copy between pools not of the cuda "
 		    "instances given");
@@ -1451,20 +1468,40 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 		return (-1);
 	}
 
-	/* The source's earlier writes are ordered on its streams. */
-	if (sync_ranks(src, "drain source streams", cause) != 0)
-		goto fail;
+	/*
+	 * Behind the source's earlier writes (its compute streams) and any
+	 * transfer still moving its blocks (its transfer streams).  The
+	 * destination's blocks were free: no work of its own is pending on
+	 * them, so its compute streams, busy with other sequences, are not
+	 * waited for.
+	 */
+	for (rank = 0; rank < dst->n_ranks; rank++) {
+		if (xfer_stream(src, rank, cause) != 0 ||
+		    xfer_stream(dst, rank, cause) != 0 ||
+		    kvx_after(src->r[rank].dev, src->xs[rank],
+		    src->r[rank].dev, src->r[rank].stream, cause) != 0)
+			goto fail;
+	}
+	x = kvx_new(dst_pool, dst_seq);
 	blk = (size_t)KV_BLOCK * dst->nkv * dl->head_dim * sizeof(uint16_t);
 	if (dst != src && (cc = xfer_comm(dst, src)) != NULL) {
 		for (layer = 0; layer < dl->n_layers; layer++)
 			if (xfer_layer(cc, dst, dp, dst_seq, src, sp, src_seq, nb,
 			    layer, blk, cause) != 0)
 				goto fail;
+		for (rank = 0; rank < dst->n_ranks; rank++)
+			if (kvx_record(x, src->r[rank].dev, src->xs[rank], -1,
+			    cause) != 0 || kvx_record(x, dst->r[rank].dev,
+			    dst->xs[rank], rank, cause) != 0)
+				goto fail;
 		dst->n_xfer_nccl++;
 	} else if (dst != src)
 		dst->n_xfer_peer++;
 	for (rank = 0; rank < dst->n_ranks && (dst == src || cc == NULL);
 	    rank++) {
+		if (dst != src && kvx_after(dst->r[rank].dev, dst->xs[rank],
+		    src->r[rank].dev, src->xs[rank], cause) != 0)
+			goto fail;
 		CU(cudaSetDevice(dst->r[rank].dev), "select device");
 		/* Runs of consecutive block ids on both sides go in one copy. */
 		for (i = 0; i < nb; i += run) {
@@ -1477,29 +1514,62 @@ cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
 			soff = (size_t)src_seq->blocks[i] * blk;
 			for (layer = 0; layer < dl->n_layers; layer++) {
 				if (copy_run(&dst->r[rank], &src->r[rank],
+				    dst->xs[rank],
 				    (uint8_t *)pool_k(dp, rank, layer) + doff,
 				    (const uint8_t *)pool_k(sp, rank, layer) +
 				    soff, (size_t)run * blk, cause) != 0 ||
 				    copy_run(&dst->r[rank], &src->r[rank],
+				    dst->xs[rank],
 				    (uint8_t *)pool_v(dp, rank, layer) + doff,
 				    (const uint8_t *)pool_v(sp, rank, layer) +
 				    soff, (size_t)run * blk, cause) != 0)
 					goto fail;
 			}
 		}
+		/* The copies read the source too: one event covers both. */
+		if (kvx_record(x, dst->r[rank].dev, dst->xs[rank], rank,
+		    cause) != 0)
+			goto fail;
 	}
-	/* The source may reuse its blocks as soon as this returns. */
-	if (sync_ranks(dst, "kv copy", cause) != 0 ||
-	    sync_ranks(src, "kv copy", cause) != 0)
-		goto fail;
 	dst_seq->n_tokens = src_seq->n_tokens;
+	kvx_link(&dst->kvx, x);
+	*xfer = x;
 	return (0);
 
 fail:
-	sync_ranks(dst, "kv copy", NULL);
-	sync_ranks(src, "kv copy", NULL);
+	/* Whatever was queued ends before the blocks change hands. */
+	xfer_drain(dst);
+	xfer_drain(src);
+	if (x != NULL)
+		kvx_abort(x);
 	kv_seq_release(dst_pool, dst_seq);
 	return (-1);
+}
+
+/* Whether a transfer cuda_kv_copy_start began is over (see backend.h). */
+static int
+cuda_kv_xfer_poll(struct kv_xfer *x, int wait, char **cause)
+{
+	return (kvx_poll(x, wait, cause));
+}
+
+/* Copy src_seq's KV into the empty dst_seq and wait until it is there. */
+static int
+cuda_kv_copy(struct backend_inst *dst, struct kv_pool *dst_pool,
+    struct kv_seq *dst_seq, struct backend_inst *src,
+    const struct kv_pool *src_pool, const struct kv_seq *src_seq,
+    char **cause)
+{
+	struct kv_xfer	*x;
+
+	if (cuda_kv_copy_start(dst, dst_pool, dst_seq, src, src_pool, src_seq,
+	    &x, cause) != 0)
+		return (-1);
+	if (x != NULL && kvx_poll(x, 1, cause) != 1) {
+		kv_seq_release(dst_pool, dst_seq);
+		return (-1);
+	}
+	return (0);
 }
 
 /* How many decode graphs bi has captured and replayed. */
@@ -1507,8 +1577,15 @@ void
 backend_cuda_graph_counts(const struct backend_inst *bi, uint64_t *captured,
     uint64_t *replayed)
 {
-	*captured = bi->n_captured;
-	*replayed = bi->n_replayed;
+	*captured = bi->gr.n_captured;
+	*replayed = bi->gr.n_replayed;
+}
+
+/* How many decode graphs bi has dropped as stale. */
+uint64_t
+backend_cuda_graphs_dropped(const struct backend_inst *bi)
+{
+	return (bi->gr.n_dropped);
 }
 
 /* How many KV transfers into bi went by NCCL and by peer copies. */
@@ -1539,5 +1616,7 @@ const struct backend_ops backend_cuda_ops = {
 	.kv_pool_free = cuda_kv_pool_free,
 	.forward = cuda_forward,
 	.kv_copy = cuda_kv_copy,
+	.kv_copy_start = cuda_kv_copy_start,
+	.kv_xfer_poll = cuda_kv_xfer_poll,
 	.weight_bytes = cuda_weight_bytes,
 };

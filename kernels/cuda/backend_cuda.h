@@ -19,6 +19,8 @@ extern const struct backend_ops backend_cuda_ops;
 /* How many decode graphs an instance has captured and replayed. */
 void	backend_cuda_graph_counts(const struct backend_inst *,
 	    uint64_t *captured, uint64_t *replayed);
+/* How many it has dropped because a buffer they point into moved. */
+uint64_t backend_cuda_graphs_dropped(const struct backend_inst *);
 void	backend_cuda_kv_transfers(const struct backend_inst *, uint64_t *nccl,
 	    uint64_t *peer);
 

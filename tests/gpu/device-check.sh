@@ -10,11 +10,14 @@
 # times the matrix products on Llama-3-8B shapes against the H200
 # rooflines, and runs the engine-level check (the CUDA backend against the
 # CPU backend on stories260K, also through the tensor-parallel NCCL path
-# on one GPU), the NCCL test (four GPUs or more), and end-to-end decode
-# (batch 1, 8, 64) and prompt (512, 4096) tokens/s of a Llama-3-8B-shaped
-# model in F16 (also through NCCL and with CUDA graphs), BF16, Q8_0 and
-# Q4_K_M with the achieved HBM bandwidth and matrix TFLOP/s against the
-# H200's peaks.
+# on one GPU, and CUDA graphs on and off on both paths: the same greedy
+# tokens, graphs captured once per shape and replayed), the NCCL test
+# (four GPUs or more), and end-to-end decode (batch 1, 8, 64) and prompt
+# (512, 4096) tokens/s of a Llama-3-8B-shaped model in F16 (also through
+# NCCL, and decode with and without CUDA graphs on both paths), BF16,
+# Q8_0 and Q4_K_M with the achieved HBM bandwidth and matrix TFLOP/s
+# against the H200's peaks.  tests/gpu/emu-engine-check.sh runs the same
+# engine check on the CPU emulation, as part of make check.
 # When autotools or the libraries the daemon needs are missing and cannot
 # be installed (an offline machine), the kernels and their tests are
 # compiled directly with nvcc and cc instead: they need neither.
@@ -177,7 +180,8 @@ else
 	pids=
 	for f in model forward kvcache backend_cpu sampler quant matmul \
 	    threadpool tokenizer tok_spm tok_bpe unicode unicode_tables gguf \
-	    gguf_write quantize backend_cuda quant_avx2 quant_avx512; do
+	    gguf_write quantize backend_cuda comm graph quant_avx2 \
+	    quant_avx512; do
 		x=
 		case $f in
 		quant_avx2)	x="-mavx2 -mfma -mf16c" ;;
@@ -202,7 +206,10 @@ else
 	fi
 fi
 if [ -n "$engine" ]; then
-	PHASED_SHARED=${PHASED_SHARED:-$top/../shared} $engine || status=1
+	PHASED_SHARED=${PHASED_SHARED:-$top/../shared} $engine >engine.tap 2>&1 ||
+	    status=1
+	cat engine.tap
+	tail -1 engine.tap | grep -q '^1\.\.[1-9]' || status=1
 else
 	tail -40 engine-build.log
 	echo "engine check: build failed"
@@ -220,9 +227,22 @@ else
 	echo "nccl not found at configure time (or the direct build): skipped"
 fi
 
-say "cuda graphs"
-echo "the engine check above ran stories260K with decode graphs on and" \
-    "off; the F16 rows below with /graphs have them on"
+say "cuda graphs on and off (stories260K, from the engine check)"
+# test-engine-cuda's graph checks: 200 greedy tokens with graphs equal to
+# those without and to the CPU's, 5 shapes captured and replayed, a stale
+# graph dropped after the buffers move; on one GPU and on one GPU through
+# NCCL (graphs by default there), 2 and 4 GPUs where there are.
+if [ -f engine.tap ]; then
+	grep -E '^(not )?ok [0-9]+ - graphs on ' engine.tap |
+	    sed -e 's/^ok [0-9]* - /pass  /' -e 's/^not ok [0-9]* - /FAIL  /'
+	grep -q '^not ok [0-9]* - graphs on ' engine.tap && status=1
+	grep -q '^ok [0-9]* - graphs on 1 device through nccl: the same 200' \
+	    engine.tap || echo "(no nccl: graphs through the nccl path not run)"
+	grep -q '^ok [0-9]* - graphs on 1 device: the same 200' engine.tap ||
+	    { echo "FAIL  no graph check ran"; status=1; }
+else
+	echo "engine check not built: skipped"
+fi
 
 say "end-to-end tokens/s, Llama-3-8B shape (${DEVICE_BENCH_LAYERS:-8} of 32 layers)"
 # phased-synth writes a Llama-3-8B-shaped model of random weights with
@@ -254,16 +274,22 @@ if [ $mode = autotools ] && make -j"$jobs" phased-synth phased-bench \
 			rm -f "$f"
 			continue
 		fi
+		# F16 decode with graphs on and off, on one GPU and through
+		# NCCL; prompts (graphs never apply) once per path.
 		runs=plain
 		[ "$ty" = F16 ] && runs="plain graphs"
 		[ "$ty" = F16 ] && grep -q "define HAVE_NCCL" config.h &&
-		    runs="$runs collectives"
+		    runs="$runs collectives nccl-graphs"
 		for run in $runs; do
-			x=
-			[ $run = collectives ] && x=--collectives
-			[ $run = graphs ] && x=--graphs
+			x=--no-graphs
+			pp=512,4096
+			case $run in
+			collectives)	x="--collectives --no-graphs" ;;
+			graphs)		x=--graphs; pp=0 ;;
+			nccl-graphs)	x="--collectives --graphs"; pp=0 ;;
+			esac
 			timeout 150 ./phased-bench -m "$f" --backend cuda $x \
-			    -p 512,4096 -n 32 -b 1,8,64 -r 2 --bw 4800 --json \
+			    -p $pp -n 32 -b 1,8,64 -r 2 --bw 4800 --json \
 			    >bench-$ty-$run.json 2>bench-$ty-$run.log ||
 			    { printf '%-7s phased-bench failed (%s)\n' "$ty" \
 			    "bench-$ty-$run.log" >>bench-table.txt; continue; }
@@ -273,7 +299,8 @@ import json, sys
 ty, run, path = sys.argv[1:4]
 j = json.load(open(path))
 wb = j["roofline"]["weight_bytes_per_step"]
-label = ty if run == "plain" else ty + ("/nccl" if run == "collectives" else "/graphs")
+label = ty + {"plain": "", "graphs": "/graphs", "collectives": "/nccl",
+              "nccl-graphs": "/nccl/graphs"}[run]
 for r in j["results"]:
     tps = r["tps_median"]
     if r["test"] == "tg":
@@ -285,6 +312,9 @@ for r in j["results"]:
         print("%-7s %-20s %10.1f %5.0f TFLOP/s %5.1f%%" % (label,
               "prompt %d" % r["n_tokens"], tps, tf, 100 * tf / 989))
 PY
+			# A failed capture turns graphs off with a warning.
+			grep -m1 "decode graphs turned off" bench-$ty-$run.log |
+			    sed "s/^/$ty $run: /" >>bench-table.txt
 		done
 		rm -f "$f"
 	done

@@ -1,9 +1,9 @@
 /*
- * emu-backend.h: the runtime calls kernels/cuda/backend_cuda.c makes beyond those
- * the kernels' emulation (tests/gpu/emu) serves: streams, asynchronous and
- * peer copies, pinned memory.  Force-included when the backend is compiled
- * for tests/gpu/emu-engine-check.sh; emu-backend.c serves them, in order,
- * on the host, which is what one stream does.
+ * emu-backend.h: the runtime calls kernels/cuda/backend_cuda.c makes beyond
+ * those the kernels' emulation serves (tests/gpu/emu: memory, streams,
+ * asynchronous copies, graphs): pinned memory.  Force-included when the
+ * backend is compiled for tests/gpu/emu-engine-check.sh; emu-backend.c
+ * serves them.
  */
 #ifndef PHASED_EMU_BACKEND_H
 #define PHASED_EMU_BACKEND_H
@@ -14,16 +14,6 @@
 extern "C" {
 #endif
 
-#define cudaStreamNonBlocking	0x01
-
-cudaError_t	cudaSetDevice(int);
-cudaError_t	cudaStreamCreateWithFlags(cudaStream_t *, unsigned int);
-cudaError_t	cudaStreamDestroy(cudaStream_t);
-cudaError_t	cudaMemcpyAsync(void *, const void *, size_t,
-		    enum cudaMemcpyKind, cudaStream_t);
-cudaError_t	cudaMemsetAsync(void *, int, size_t, cudaStream_t);
-cudaError_t	cudaMemcpyPeerAsync(void *, int, const void *, int, size_t,
-		    cudaStream_t);
 cudaError_t	cudaMallocHost(void **, size_t);
 cudaError_t	cudaFreeHost(void *);
 

@@ -4,15 +4,19 @@
 #
 # The CUDA backend (kernels/cuda/backend_cuda.c) and the kernels are compiled by
 # the host compilers against tests/gpu/emu (see emu-check.sh), with
-# tests/gpu/emu-backend.{h,c} serving the stream and copy calls the backend
-# adds, and linked with the model, tokenizer and GGUF libraries of a built
+# tests/gpu/emu-backend.{h,c} serving the pinned memory the backend adds,
+# and linked with the model, tokenizer and GGUF libraries of a built
 # tree.  The engine test then runs stories260K through the whole backend
 # (weight upload, paged KV, ragged batches, kv_copy) against the CPU
 # backend, so the backend's logic is checked without a GPU; speed, GPU
 # rounding and real asynchrony need a device (tests/gpu/device-check.sh).
 # The backend's NCCL calls (kernels/cuda/comm.c, built as if NCCL were
 # present) go to the emulation's stand-in (tests/gpu/emu/nccl.c), so
-# tensor-parallel groups of 2 and 4 emulated devices run too.
+# tensor-parallel groups of 2 and 4 emulated devices run too, and decode
+# iterations as CUDA graphs (kernels/cuda/graph.c) on each, one graph per
+# rank with its collectives, captured and replayed on the emulation's
+# streams, and KV transfers beside compute (kernels/cuda/kv_xfer.c) on
+# streams that hold their work until it is waited for.
 # Prints TAP; skips without the tools or a built tree.
 set -u
 top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -60,10 +64,12 @@ for f in kernels/ref.c tests/gpu/emu-backend.c tests/gpu/test-engine-cuda.c \
 	    >"$tmp/$(basename "$f").log" 2>&1 &
 	pids="$pids $!"
 done
-$CC -std=gnu11 -O2 -g -pthread -Wall -Wextra -Wno-unused-parameter $san $inc \
-    -include emu-backend.h -c -o "$tmp/backend_cuda.o" \
-    "$top_srcdir/kernels/cuda/backend_cuda.c" >"$tmp/backend_cuda.c.log" 2>&1 &
-pids="$pids $!"
+for f in backend_cuda kv_xfer graph; do
+	$CC -std=gnu11 -O2 -g -pthread -Wall -Wextra -Wno-unused-parameter \
+	    $san $inc -include emu-backend.h -c -o "$tmp/$f.o" \
+	    "$top_srcdir/kernels/cuda/$f.c" >"$tmp/$f.c.log" 2>&1 &
+	pids="$pids $!"
+done
 failed=0
 for p in $pids; do wait "$p" || failed=1; done
 if [ $failed = 1 ] || ! $CXX $san -pthread -o "$tmp/test-engine-cuda" \

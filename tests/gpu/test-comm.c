@@ -1,7 +1,8 @@
 /*
  * test-comm.c: kernels/cuda/comm.c (NCCL) between the devices of a group:
  * all-reduce of F32 and F16 over 2 and 4 ranks driven from one thread and
- * from one thread per rank, send and receive, and the refusals.  Runs on
+ * from one thread per rank, send and receive, an all-reduce captured into
+ * one CUDA graph per rank and replayed, and the refusals.  Runs on
  * the emulation (tests/gpu/emu-comm-check.sh) and on real GPUs.
  */
 
@@ -260,6 +261,108 @@ test_refusals(void)
 	cuda_comm_free(cc);
 }
 
+/* Whether rank r's buffer still holds its own contribution (F32). */
+static int
+check_own(void *d, int r)
+{
+	float	h[N_ELEMS];
+	int	i;
+
+	cudaSetDevice(devs[r]);
+	cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+	for (i = 0; i < N_ELEMS; i++)
+		if (h[i] != contrib(r, i))
+			return (0);
+	return (1);
+}
+
+/*
+ * An all-reduce over n ranks captured from one thread, each rank's call on
+ * its own stream being captured, in one group: nothing moves at capture;
+ * each launch of the ranks' graphs, one after the other, sums what the
+ * buffers hold then.
+ */
+static void
+test_capture(int n)
+{
+	struct cuda_comm	*cc;
+	cudaStream_t		 st[MAX_RANKS];
+	cudaGraph_t		 g[MAX_RANKS];
+	cudaGraphExec_t		 x[MAX_RANKS];
+	void			*d[MAX_RANKS];
+	float			 h[N_ELEMS];
+	char			*cause = NULL;
+	int			 i, r, rep, good = 1;
+
+	memset(g, 0, sizeof g);
+	memset(x, 0, sizeof x);
+	if ((cc = cuda_comm_create(devs, n, &cause)) == NULL) {
+		ok(0, "clique for capture (%s)", STR(cause));
+		free(cause);
+		return;
+	}
+	/* Allocating while capturing would spoil the captures. */
+	for (r = 0; r < n; r++) {
+		d[r] = upload(r, TT_F32);
+		good &= cudaStreamCreateWithFlags(&st[r],
+		    cudaStreamNonBlocking) == cudaSuccess;
+	}
+	for (r = 0; r < n; r++) {
+		cudaSetDevice(devs[r]);
+		good &= cudaStreamBeginCapture(st[r],
+		    cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+	}
+	good &= cuda_comm_group_start(&cause) == 0;
+	for (r = 0; r < n; r++) {
+		cudaSetDevice(devs[r]);
+		good &= cuda_comm_all_reduce_sum(cc, r, d[r], N_ELEMS, TT_F32,
+		    st[r], &cause) == 0;
+	}
+	good &= cuda_comm_group_end(&cause) == 0;
+	for (r = 0; r < n; r++) {
+		cudaSetDevice(devs[r]);
+		good &= cudaStreamEndCapture(st[r], &g[r]) == cudaSuccess &&
+		    cudaGraphInstantiate(&x[r], g[r], 0) == cudaSuccess;
+	}
+	if (!ok(good, "%d-rank all-reduce captured, one graph per rank (%s)",
+	    n, good ? "ok" : STR(cause)))
+		goto out;
+	for (r = 0; r < n; r++)
+		good &= check_own(d[r], r);
+	ok(good, "%d ranks: nothing summed at capture", n);
+	for (rep = 0; rep < 2; rep++) {
+		/* The second launch sums the contributions put back. */
+		for (r = 0; rep > 0 && r < n; r++) {
+			for (i = 0; i < N_ELEMS; i++)
+				h[i] = contrib(r, i);
+			cudaSetDevice(devs[r]);
+			cudaMemcpy(d[r], h, sizeof h, cudaMemcpyHostToDevice);
+		}
+		for (r = 0; r < n; r++) {
+			cudaSetDevice(devs[r]);
+			good &= cudaGraphLaunch(x[r], st[r]) == cudaSuccess;
+		}
+		for (r = 0; r < n; r++) {
+			cudaSetDevice(devs[r]);
+			good &= cudaStreamSynchronize(st[r]) == cudaSuccess;
+			good &= check_sum(d[r], r, n, TT_F32);
+		}
+		ok(good, "%d ranks: launch %d of the graphs sums on every rank",
+		    n, rep + 1);
+	}
+out:
+	for (r = 0; r < n; r++) {
+		if (x[r] != NULL)
+			cudaGraphExecDestroy(x[r]);
+		if (g[r] != NULL)
+			cudaGraphDestroy(g[r]);
+		cudaStreamDestroy(st[r]);
+		cudaFree(d[r]);
+	}
+	cuda_comm_free(cc);
+	free(cause);
+}
+
 int
 main(void)
 {
@@ -281,6 +384,8 @@ main(void)
 	test_group(4, TT_F16);
 	test_threads();
 	test_p2p();
+	test_capture(2);
+	test_capture(4);
 	test_refusals();
 	done_testing();
 }

@@ -626,34 +626,235 @@ test_tp(const struct model *m, struct run *cpu, const char *doc, int n,
 }
 
 /*
- * Decode iterations as CUDA graphs on one device: the golden continuation
- * and the ragged batches as without them, with graphs captured once per
- * shape and replayed for most of the 200 steps.
+ * After a prefill that outgrows the activation buffers (they move), a
+ * decode shape captured before is dropped, run plainly, captured again
+ * and replayed, and its logits follow the cpu's: a stale graph would
+ * write into freed memory (NaN in the emulation) and read NaN.
  */
 static void
-test_graphs(const struct model *m, struct run *cpu, const char *doc)
+test_graph_moved(struct run *gr, struct run *cpu, const char *what)
+{
+	struct kv_seq		 sg, sc;
+	struct fwd_entry	 e;
+	int32_t			 prompt[100], tok;
+	uint64_t		 c0, c1, r0, r1, d0;
+	float			 lg[MAXV], lc[MAXV];
+	double			 d, worst = 0.0;
+	int			 i, good = 1, same = 1;
+
+	memset(&sg, 0, sizeof sg);
+	memset(&sc, 0, sizeof sc);
+	prompt[0] = 1;
+	for (i = 1; i < 100; i++)
+		prompt[i] = 3 + (i * 41) % 500;
+	backend_cuda_graph_counts(gr->bi, &c0, &r0);
+	d0 = backend_cuda_graphs_dropped(gr->bi);
+	/* 100 rows: more than the 64 the buffers hold until now. */
+	e.tokens = prompt;
+	e.n_tokens = 100;
+	for (i = 0; i < 4 && good; i++) {
+		e.seq = &sg;
+		e.logits = lg;
+		good &= run_batch(gr, &e, 1) == 0;
+		e.seq = &sc;
+		e.logits = lc;
+		good &= run_batch(cpu, &e, 1) == 0;
+		d = maxdiff(lg, lc, MAXV);
+		if (!(d <= worst))
+			worst = d;
+		tok = argmax(lc, MAXV);
+		same &= argmax(lg, MAXV) == tok;
+		e.tokens = &tok;
+		e.n_tokens = 1;
+	}
+	backend_cuda_graph_counts(gr->bi, &c1, &r1);
+	ok(good, "%s: a 100-token prefill and 3 decode steps run", what);
+	/* 101..103 positions: tables of 8 blocks, a shape captured before. */
+	ok(backend_cuda_graphs_dropped(gr->bi) == d0 + 1 && c1 == c0 + 1 &&
+	    r1 == r0 + 2, "%s: after the buffers moved the stale graph is "
+	    "dropped, captured again and replayed (%llu dropped, %llu "
+	    "captured, %llu replayed)", what, (unsigned long long)
+	    (backend_cuda_graphs_dropped(gr->bi) - d0), (unsigned long long)
+	    (c1 - c0), (unsigned long long)(r1 - r0));
+	ok(same, "%s: the same greedy tokens as the cpu there", what);
+	near(worst, 0.0, STEP_TOL, "%s: logits within %g of the cpu's "
+	    "(max diff %.3g)", what, STEP_TOL, worst);
+	kv_seq_release(gr->pool, &sg);
+	kv_seq_release(cpu->pool, &sc);
+}
+
+/*
+ * Decode iterations as CUDA graphs on n devices from 0 (collectives: one
+ * device through the NCCL path; graphs: 1, or BACKEND_GRAPHS_AUTO): the
+ * golden continuation token for token as without graphs and as on the
+ * cpu, with graphs captured once per shape (one per rank) and replayed for
+ * most of the 200 steps, their replacement after the buffers move, and
+ * the ragged batches (whose decode of two sequences replays too).
+ */
+static void
+test_graphs(const struct model *m, struct run *cpu, const char *doc, int n,
+    int collectives, int graphs)
+{
+	struct backend_config	 cfg;
+	struct run		 gr, off;
+	uint64_t		 captured = 0, replayed = 0;
+	double			 pt[16], gt[N_GREEDY + 8], d, worst = 0.0;
+	int32_t			 prompt[16], tg[N_GREEDY], to[N_GREEDY];
+	int32_t			 tc[N_GREEDY];
+	float			*lg, *lo, *lc;
+	int			 devs[8], i, np, golden = 1;
+	char			 what[96];
+
+	for (i = 0; i < n; i++)
+		devs[i] = i;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.devices = devs;
+	cfg.n_devices = n;
+	cfg.collectives = collectives;
+	snprintf(what, sizeof what, "graphs on %d device%s%s", n,
+	    n > 1 ? "s" : "", collectives ? " through nccl" : "");
+	diag("decode as cuda graphs: %s%s", what, graphs ==
+	    BACKEND_GRAPHS_AUTO ? " (by default)" : "");
+	cfg.graphs = 0;
+	if (!ok(run_start(&off, &backend_cuda_ops, m, &cfg, 64) == 0,
+	    "%s: instance without graphs", what))
+		return;
+	cfg.graphs = graphs;
+	if (!ok(run_start(&gr, &backend_cuda_ops, m, &cfg, 64) == 0,
+	    "%s: instance", what)) {
+		run_stop(&off);
+		return;
+	}
+	np = json_numbers(doc, "prompt_tokens", pt, 16);
+	for (i = 0; i < np && i < 16; i++)
+		prompt[i] = (int32_t)pt[i];
+	if (json_numbers(doc, "greedy_tokens", gt, N_GREEDY + 8) != N_GREEDY)
+		golden = 0;
+	lg = calloc((size_t)(N_GREEDY + 1) * MAXV, sizeof *lg);
+	lo = calloc((size_t)(N_GREEDY + 1) * MAXV, sizeof *lo);
+	lc = calloc((size_t)(N_GREEDY + 1) * MAXV, sizeof *lc);
+	if (lg == NULL || lo == NULL || lc == NULL)
+		abort();
+	if (ok(greedy(&gr, prompt, np, N_GREEDY, tg, lg) == N_GREEDY &&
+	    greedy(&off, prompt, np, N_GREEDY, to, lo) == N_GREEDY,
+	    "%s: 200 greedy steps with and without", what)) {
+		ok(memcmp(tg, to, sizeof tg) == 0, "%s: the same 200 greedy "
+		    "tokens as without graphs", what);
+		d = maxdiff(lg, lo, (N_GREEDY + 1) * MAXV);
+		near(d, 0.0, 1e-5, "%s: every step's logits as without "
+		    "(max diff %.3g)", what, d);
+	}
+	backend_cuda_graph_counts(gr.bi, &captured, &replayed);
+	/* Block tables of 1, 2, 4, 8 and 16 blocks: 205 positions. */
+	ok(captured == 5 && replayed >= 190, "%s: 5 decode graphs captured, "
+	    "%llu replays (%llu captured)", what, (unsigned long long)replayed,
+	    (unsigned long long)captured);
+	backend_cuda_graph_counts(off.bi, &captured, &replayed);
+	ok(captured == 0 && replayed == 0, "%s: none without graphs", what);
+	/* The cpu's greedy tokens (the golden ones, checked in main). */
+	if (greedy(cpu, prompt, np, N_GREEDY, tc, lc) == N_GREEDY) {
+		ok(memcmp(tg, tc, sizeof tg) == 0, "%s: the same 200 greedy "
+		    "tokens as the cpu", what);
+		for (i = 0; i < N_GREEDY; i++)
+			golden &= tg[i] == (int32_t)gt[i];
+		ok(golden, "%s: they are the golden tokens", what);
+		for (i = 0; i < N_GREEDY; i++) {
+			d = maxdiff(lg + (size_t)i * MAXV, lc + (size_t)i * MAXV,
+			    MAXV);
+			if (!(d <= worst))
+				worst = d;
+		}
+		near(worst, 0.0, STEP_TOL, "%s: every step's logits within %g "
+		    "of the cpu's (max diff %.3g)", what, STEP_TOL, worst);
+	} else
+		ok(0, "%s: cpu reference", what);
+	test_graph_moved(&gr, cpu, what);
+	test_ragged(&gr, cpu, doc);
+	free(lg);
+	free(lo);
+	free(lc);
+	run_stop(&gr);
+	run_stop(&off);
+}
+
+/* The emulation's hook to spoil the next capture; absent on a GPU. */
+extern void	emu_spoil_next_capture(void) __attribute__((weak));
+
+/*
+ * A capture that fails (here the first rank's of a 2-device group, spoilt
+ * by the emulation) turns graphs off for the instance: every iteration
+ * still runs, plainly, with the cpu's tokens, and none is captured later.
+ */
+static void
+test_graph_fallback(const struct model *m, struct run *cpu)
 {
 	struct backend_config	 cfg;
 	struct run		 gr;
 	uint64_t		 captured = 0, replayed = 0;
-	int			 dev = 0;
+	int32_t			 bos = 1, tg[8], tc[8];
+	float			*lg, *lc;
+	int			 devs[2] = { 0, 1 };
+
+	if (emu_spoil_next_capture == NULL) {
+		diag("not the emulation: failed captures not tested");
+		return;
+	}
+	memset(&cfg, 0, sizeof cfg);
+	cfg.devices = devs;
+	cfg.n_devices = 2;
+	cfg.graphs = 1;
+	if (!ok(run_start(&gr, &backend_cuda_ops, m, &cfg, 16) == 0,
+	    "2 devices, a capture that fails: instance"))
+		return;
+	lg = calloc(9 * MAXV, sizeof *lg);
+	lc = calloc(9 * MAXV, sizeof *lc);
+	if (lg == NULL || lc == NULL)
+		abort();
+	emu_spoil_next_capture();
+	ok(greedy(&gr, &bos, 1, 8, tg, lg) == 8 &&
+	    greedy(cpu, &bos, 1, 8, tc, lc) == 8 &&
+	    memcmp(tg, tc, sizeof tg) == 0, "a failed capture: 8 greedy steps "
+	    "still run, with the cpu's tokens");
+	backend_cuda_graph_counts(gr.bi, &captured, &replayed);
+	ok(captured == 0 && replayed == 0, "a failed capture turns graphs off "
+	    "(%llu captured, %llu replayed)", (unsigned long long)captured,
+	    (unsigned long long)replayed);
+	free(lg);
+	free(lc);
+	run_stop(&gr);
+}
+
+/*
+ * By default (BACKEND_GRAPHS_AUTO) a group of several devices decodes
+ * without graphs: a few steps capture none.
+ */
+static void
+test_graphs_default_tp(const struct model *m)
+{
+	struct backend_config	 cfg;
+	struct run		 tp;
+	uint64_t		 captured = 0, replayed = 0;
+	int32_t			 bos = 1, tok[8];
+	float			*lg;
+	int			 devs[2] = { 0, 1 };
 
 	memset(&cfg, 0, sizeof cfg);
-	cfg.devices = &dev;
-	cfg.n_devices = 1;
-	cfg.graphs = 1;
-	diag("decode as cuda graphs");
-	if (!ok(run_start(&gr, &backend_cuda_ops, m, &cfg, 64) == 0,
-	    "cuda instance with graphs"))
+	cfg.devices = devs;
+	cfg.n_devices = 2;
+	cfg.graphs = BACKEND_GRAPHS_AUTO;
+	if (!ok(run_start(&tp, &backend_cuda_ops, m, &cfg, 16) == 0,
+	    "2 devices, graphs by default: instance"))
 		return;
-	test_greedy(&gr, cpu, doc);
-	backend_cuda_graph_counts(gr.bi, &captured, &replayed);
-	/* Block tables of 1, 2, 4, 8 and 16 blocks: 205 positions. */
-	ok(captured == 5 && replayed >= 190, "5 decode graphs captured, %llu "
-	    "replays (%llu captured)", (unsigned long long)replayed,
-	    (unsigned long long)captured);
-	test_ragged(&gr, cpu, doc);
-	run_stop(&gr);
+	lg = calloc(9 * MAXV, sizeof *lg);
+	if (lg == NULL)
+		abort();
+	ok(greedy(&tp, &bos, 1, 8, tok, lg) == 8, "2 devices by default: 8 "
+	    "greedy steps");
+	backend_cuda_graph_counts(tp.bi, &captured, &replayed);
+	ok(captured == 0 && replayed == 0, "2 devices by default: no graph "
+	    "(%llu captured)", (unsigned long long)captured);
+	free(lg);
+	run_stop(&tp);
 }
 
 /*
@@ -789,6 +990,263 @@ test_tp_copy(const struct model *m)
 	free(cause);
 }
 
+/*
+ * The emulation's switch for streams that hold their work until waited
+ * for (tests/gpu/emu); absent on a real device, where work finishes when
+ * it does and only the results are checked.
+ */
+void	emu_streams_defer(int) __attribute__((weak));
+#define DEFERRED	(emu_streams_defer != NULL)
+
+/* Poll a transfer until it ends; 1 when done. */
+static int
+xfer_end(struct kv_xfer *x)
+{
+	char	*cause = NULL;
+	int	 rc;
+
+	if ((rc = backend_cuda_ops.kv_xfer_poll(x, 0, &cause)) == 0)
+		rc = backend_cuda_ops.kv_xfer_poll(x, 1, &cause);
+	if (rc != 1)
+		diag("kv transfer: %s", STR(cause));
+	free(cause);
+	return (rc);
+}
+
+/*
+ * One transfer beside compute from a to dst: prefill on a, start the move,
+ * prefill and decode another copy of the prompt on a while the move is
+ * still pending (the emulation's streams hold it), decode the moved
+ * sequence on dst, which must wait for the data on the device.  Each
+ * round its own prompt (seed), so that blocks of an earlier round that
+ * are handed out again do not already hold the content.
+ */
+static void
+async_round(struct run *a, struct run *dst, int seed, const char *what)
+{
+	struct kv_seq		 sa, sb, sr;
+	struct fwd_entry	 e;
+	struct kv_xfer		*x = NULL;
+	int32_t			 prompt[40], tok = 42;
+	float			 la[MAXV], lb[MAXV];
+	char			*cause = NULL;
+	int			 i;
+
+	memset(&sa, 0, sizeof sa);
+	memset(&sb, 0, sizeof sb);
+	memset(&sr, 0, sizeof sr);
+	prompt[0] = 1;
+	for (i = 1; i < 40; i++)
+		prompt[i] = 3 + (i * 31 + seed * 7) % 500;
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	if (!ok(run_batch(a, &e, 1) == 0, "%s: prefill of 40 tokens", what))
+		return;
+	if (!ok(backend_cuda_ops.kv_copy_start(dst->bi, dst->pool, &sb, a->bi,
+	    a->pool, &sa, &x, &cause) == 0 && x != NULL, "%s: transfer "
+	    "started (%s)", what, STR(cause))) {
+		free(cause);
+		kv_seq_release(a->pool, &sa);
+		return;
+	}
+	ok(sb.n_tokens == 40 && sb.n_blocks == kv_pool_blocks_for(dst->pool,
+	    40), "%s: the destination holds 40 tokens in %u blocks at once",
+	    what, sb.n_blocks);
+	if (DEFERRED)
+		is_int(backend_cuda_ops.kv_xfer_poll(x, 0, &cause), 0,
+		    "%s: still moving when the call returned", what);
+	/* The source computes other work meanwhile. */
+	e.seq = &sr;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	run_batch(a, &e, 1);
+	e.tokens = &tok;
+	e.n_tokens = 1;
+	ok(run_batch(a, &e, 1) == 0, "%s: the source prefilled and decoded "
+	    "another sequence meanwhile", what);
+	if (DEFERRED)
+		is_int(backend_cuda_ops.kv_xfer_poll(x, 0, &cause), 0,
+		    "%s: the transfer did not wait for the source's compute",
+		    what);
+	e.seq = &sb;
+	e.logits = lb;
+	if (ok(run_batch(dst, &e, 1) == 0, "%s: decode of the moved sequence",
+	    what))
+		near(maxdiff(la, lb, MAXV), 0.0, 1e-6, "%s: its logits equal "
+		    "those of the copy left in place (max diff %.3g)", what,
+		    maxdiff(la, lb, MAXV));
+	ok(xfer_end(x) == 1, "%s: the transfer ended", what);
+	kv_seq_release(a->pool, &sa);
+	kv_seq_release(a->pool, &sr);
+	kv_seq_release(dst->pool, &sb);
+	is_int(kv_pool_used_blocks(a->pool), 0, "%s: every source block "
+	    "back in its pool", what);
+	is_int(kv_pool_used_blocks(dst->pool), 0, "%s: every destination "
+	    "block back in its pool", what);
+}
+
+/*
+ * What holding the source's blocks until the end prevents: with streams
+ * that hold their work, blocks released and refilled while the transfer
+ * is pending reach the destination with the new content.
+ */
+static void
+async_reuse(struct run *a, struct run *dst)
+{
+	struct kv_seq		 sa, sb, sz;
+	struct fwd_entry	 e;
+	struct kv_xfer		*x = NULL;
+	int32_t			 prompt[40], other[40], tok = 42;
+	float			 la[MAXV], lb[MAXV];
+	uint32_t		 first;
+	char			*cause = NULL;
+	int			 i;
+
+	memset(&sa, 0, sizeof sa);
+	memset(&sb, 0, sizeof sb);
+	memset(&sz, 0, sizeof sz);
+	prompt[0] = other[0] = 1;
+	for (i = 1; i < 40; i++) {
+		prompt[i] = 3 + (i * 31) % 500;
+		other[i] = 5 + (i * 17) % 500;
+	}
+	/* The reference: the prompt and one step, moved and waited for. */
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	run_batch(a, &e, 1);
+	if (!ok(backend_cuda_ops.kv_copy_start(dst->bi, dst->pool, &sb, a->bi,
+	    a->pool, &sa, &x, &cause) == 0 && x != NULL, "early reuse: "
+	    "transfer started (%s)", STR(cause))) {
+		free(cause);
+		kv_seq_release(a->pool, &sa);
+		return;
+	}
+	first = sa.blocks[0];
+	kv_seq_release(a->pool, &sa);
+	e.seq = &sz;
+	e.tokens = other;
+	run_batch(a, &e, 1);
+	ok(sz.blocks[0] == first, "early reuse: the released block %u went "
+	    "to another sequence", first);
+	e.seq = &sb;
+	e.tokens = &tok;
+	e.n_tokens = 1;
+	e.logits = lb;
+	memset(&sa, 0, sizeof sa);
+	run_batch(dst, &e, 1);
+	xfer_end(x);
+	/* What the moved sequence should have given. */
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	run_batch(a, &e, 1);
+	e.tokens = &tok;
+	e.n_tokens = 1;
+	run_batch(a, &e, 1);
+	ok(maxdiff(la, lb, MAXV) > 1e-2, "early reuse: the destination got "
+	    "the new content (max diff %.3g): the held blocks are needed",
+	    maxdiff(la, lb, MAXV));
+	kv_seq_release(a->pool, &sa);
+	kv_seq_release(a->pool, &sz);
+	kv_seq_release(dst->pool, &sb);
+}
+
+/* A move into a pool without room is refused and takes nothing. */
+static void
+async_full(struct run *a, struct run *dst)
+{
+	struct kv_seq		 sa, sb, fill;
+	struct fwd_entry	 e;
+	struct kv_xfer		*x = NULL;
+	int32_t			 prompt[40];
+	float			 la[MAXV];
+	uint32_t		 used;
+	char			*cause = NULL;
+	int			 i, rc;
+
+	memset(&sa, 0, sizeof sa);
+	memset(&sb, 0, sizeof sb);
+	memset(&fill, 0, sizeof fill);
+	for (i = 0; i < 40; i++)
+		prompt[i] = 1 + i;
+	e.seq = &sa;
+	e.tokens = prompt;
+	e.n_tokens = 40;
+	e.logits = la;
+	run_batch(a, &e, 1);
+	kv_seq_reserve(dst->pool, &fill, (dst->pool->n_blocks - 1) *
+	    dst->pool->layout.block_size);
+	used = kv_pool_used_blocks(a->pool);
+	rc = backend_cuda_ops.kv_copy_start(dst->bi, dst->pool, &sb, a->bi,
+	    a->pool, &sa, &x, &cause);
+	ok(rc == -1 && x == NULL && cause != NULL && strstr(cause, "kv copy of 3 blocks: pool has 1 free") != NULL,
+	    "a move of 3 blocks into a pool with 1 free is refused (%s)",
+	    STR(cause));
+	ok(sb.n_blocks == 0 && sb.n_tokens == 0 &&
+	    kv_pool_used_blocks(dst->pool) == dst->pool->n_blocks - 1 &&
+	    kv_pool_used_blocks(a->pool) == used && sa.n_tokens == 40,
+	    "the refused move took no block and left the source as it was");
+	free(cause);
+	kv_seq_release(a->pool, &sa);
+	kv_seq_release(dst->pool, &fill);
+}
+
+/*
+ * KV transfers beside compute (kv_copy_start, kv_xfer_poll) on streams
+ * that hold their work until it is waited for: by NCCL between groups 0-1
+ * and 2-3, by peer copies into group 1-2, and within one instance.
+ */
+static void
+test_async_copy(const struct model *m)
+{
+	struct backend_config	 cfg;
+	struct run		 a, b, over;
+	int			 da[2] = { 0, 1 }, db[2] = { 2, 3 };
+	int			 dov[2] = { 1, 2 };
+	uint64_t		 nccl = 0, peer = 0;
+
+	if (DEFERRED)
+		emu_streams_defer(1);
+	memset(&cfg, 0, sizeof cfg);
+	cfg.n_devices = 2;
+	cfg.devices = da;
+	if (run_start(&a, &backend_cuda_ops, m, &cfg, 16) == 0) {
+		cfg.devices = db;
+		if (run_start(&b, &backend_cuda_ops, m, &cfg, 16) == 0) {
+			async_round(&a, &b, 1, "nccl 0-1 to 2-3");
+			backend_cuda_kv_transfers(b.bi, &nccl, &peer);
+			ok(nccl == 1 && peer == 0, "that move went by nccl "
+			    "(%llu by nccl, %llu by peer copies)",
+			    (unsigned long long)nccl, (unsigned long long)peer);
+			if (DEFERRED)
+				async_reuse(&a, &b);
+			async_full(&a, &b);
+			run_stop(&b);
+		} else
+			ok(0, "group on devices 2-3");
+		cfg.devices = dov;
+		if (run_start(&over, &backend_cuda_ops, m, &cfg, 16) == 0) {
+			async_round(&a, &over, 2, "peer copies 0-1 to 1-2");
+			backend_cuda_kv_transfers(over.bi, &nccl, &peer);
+			ok(nccl == 0 && peer == 1, "that move went by peer "
+			    "copies (%llu by nccl, %llu by peer copies)",
+			    (unsigned long long)nccl, (unsigned long long)peer);
+			run_stop(&over);
+		} else
+			ok(0, "group on devices 1-2");
+		async_round(&a, &a, 3, "within group 0-1");
+		run_stop(&a);
+	} else
+		ok(0, "group on devices 0-1");
+	if (DEFERRED)
+		emu_streams_defer(0);
+}
+
 /* Architectures the device kernels lack are refused at create, by name. */
 static void
 test_refused_arch(const char *shared)
@@ -807,6 +1265,7 @@ test_refused_arch(const char *shared)
 	int			 dev = 0;
 	size_t			 i;
 
+	memset(&cfg, 0, sizeof cfg);
 	cfg.devices = &dev;
 	cfg.n_devices = 1;
 	cfg.n_threads = 0;
@@ -858,6 +1317,7 @@ main(void)
 		skip_all("cannot load %s: %s", path, cause);
 	is_int(model_info(m)->n_vocab, MAXV, "stories260K: 512 tokens");
 
+	memset(&cfg, 0, sizeof cfg);	/* no graphs: the plain path */
 	cfg.devices = &dev;
 	cfg.n_devices = 1;
 	cfg.n_threads = 0;
@@ -874,16 +1334,22 @@ main(void)
 	test_greedy(&gpu, &cpu, doc);
 	test_ragged(&gpu, &cpu, doc);
 	test_errors(m, &gpu, &cpu);
-	test_graphs(m, &cpu, doc);
+	test_graphs(m, &cpu, doc, 1, 0, 1);
 	/* One device through the tensor-parallel (NCCL) code path. */
-	if (cuda_comm_built())
+	if (cuda_comm_built()) {
 		test_tp(m, &cpu, doc, 1, 0, 1);
-	else
+		test_graphs(m, &cpu, doc, 1, 1, BACKEND_GRAPHS_AUTO);
+	} else
 		diag("no nccl: the collectives path is not tested");
 	if (cuda_device_count() >= 4 && cuda_comm_built()) {
 		test_tp(m, &cpu, doc, 2, 0, 0);
 		test_tp(m, &cpu, doc, 4, 0, 0);
+		test_graphs(m, &cpu, doc, 2, 0, 1);
+		test_graphs(m, &cpu, doc, 4, 0, 1);
+		test_graphs_default_tp(m);
+		test_graph_fallback(m, &cpu);
 		test_tp_copy(m);
+		test_async_copy(m);
 	} else
 		diag("fewer than 4 devices or no nccl: tensor parallelism "
 		    "not tested");

@@ -235,7 +235,7 @@ for opt, want in (("policy-deadline=0", "policy-deadline 0 is out of range 1..10
                   ("policy-deadline=5000", "policy-deadline 5000 is out of range 1..1000"),
                   ("keep-alive=soon", "keep-alive 'soon' is not a duration"),
                   ("load=maybe", "load 'maybe' is not lazy or start"),
-                  ("cuda-graphs=maybe", "cuda-graphs 'maybe' is not on or off")):
+                  ("cuda-graphs=maybe", "cuda-graphs 'maybe' is not on, off or auto")):
     rc, out, err = d.ctl("load", "badopt", MODEL, opt)
     ok(rc == 1 and want in err, "load %s is refused by name" % opt, err)
 ok("badopt" not in models(d), "no model is left behind by the refused loads")
@@ -315,6 +315,10 @@ rc, out, err = d.ctl("metrics")
 ok(rc == 0 and 'phased_kv_transfer_bytes_total{model="dis"} %d' % kvb in out
    and 'phased_kv_transfers_total{model="dis"} %d' % len(PROMPTS) in out,
    "metrics count the KV moves and their bytes", [x for x in out.splitlines() if "kv_transfer" in x])
+ok('phased_kv_transfers_async_total{model="dis"} 0' in out
+   and 'phased_kv_transfer_queue_seconds_total{model="dis"} ' in out,
+   "cpu groups move KV synchronously: no async moves, the queue time counted",
+   [x for x in out.splitlines() if "kv_transfer" in x])
 ok(wait_idle(d, "dis")["kv_blocks_used"] == 0, "no KV left in use on either group")
 d.ctl("unload", "dis")
 

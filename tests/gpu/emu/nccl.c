@@ -3,17 +3,35 @@
  * several emulated devices in one process can all-reduce and exchange
  * buffers as phased's tensor-parallel code asks real NCCL to.
  *
- * Device memory is host memory and the emulation's streams are synchronous,
- * so an operation is done when its call returns, like everything else
- * queued on an emulated stream.  A call posts its operation to the
- * communicator's clique and waits until the operations it pairs with have
- * been posted too: by other threads (one thread per rank) or, inside
- * ncclGroupStart/ncclGroupEnd, by the same thread for every rank (the
- * single-thread pattern), in which case ncclGroupEnd posts them all and
- * waits.  Matching follows NCCL's rules: the k-th all-reduce of each rank
- * meet, and the k-th send from a to b meets the k-th receive at b from a.
- * Misuse NCCL would hang on or corrupt memory with (counts or types that
- * differ between ranks, an operation that is never matched) is fatal.
+ * Device memory is host memory.  A call posts its operation to the
+ * communicator's clique, where it waits until the operations it pairs
+ * with have been posted too.  Matching follows NCCL's rules: the k-th
+ * all-reduce of each rank meet, and the k-th send from a to b meets the
+ * k-th receive at b from a.  Misuse NCCL would hang on or corrupt memory
+ * with (counts or types that differ between ranks, an operation that is
+ * never matched) is fatal.
+ *
+ * An operation on a stream is queued on it (emu.cc's emu_stream_work) as
+ * NCCL enqueues a kernel: it is posted when the stream reaches it, after
+ * the stream's earlier work, and the stream waits there until its
+ * partners, on other streams, have been posted too.  Outside a group that
+ * is at the call; inside ncclGroupStart/ncclGroupEnd every operation is
+ * queued at ncclGroupEnd, so one thread can drive every rank (the
+ * single-thread pattern).  On streams that hold their work (deferred, see
+ * emu.cc) an operation waits like any other work, and a started one that
+ * waits for its partners makes the streams holding them run up to them.  An operation on the
+ * legacy stream (NULL) runs at the call: it is posted and the call waits
+ * for its partners, which other threads (one thread per rank) or the same
+ * group may post; one whose partners sit in held work is a deadlock.
+ *
+ * On a stream being captured an operation is recorded instead, at the
+ * call or, inside a group, at ncclGroupEnd, as NCCL enqueues it then:
+ * nothing moves at capture.  Each launch of the graph queues it again on
+ * the graph's stream, where it runs as above, so the ranks' graphs
+ * launched one after the other from one thread meet as they would on
+ * GPUs.  As NCCL requires, whether an operation is captured must be the
+ * same on every rank it meets (a captured operation matched with a live
+ * one is fatal), and a group may not mix the two (ncclInvalidUsage).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -46,6 +64,8 @@ struct emu_op {
 	ncclDataType_t		 type;
 	int			 peer;
 	ncclComm_t		 comm;
+	cudaStream_t		 stream;
+	int			 captured;	/* posted by a graph's run */
 	int			 done;
 	struct emu_op		*next;		/* the clique's pending list */
 };
@@ -151,11 +171,15 @@ match_allreduce(struct emu_clique *c)
 	}
 	if (have < c->n)
 		return (0);
-	for (r = 1; r < c->n; r++)
+	for (r = 1; r < c->n; r++) {
 		if (head[r]->count != head[0]->count ||
 		    head[r]->type != head[0]->type)
 			emu_nccl_fatal("all-reduce counts or types differ "
 			    "between ranks");
+		if (head[r]->captured != head[0]->captured)
+			emu_nccl_fatal("an all-reduce captured on some ranks "
+			    "and not on others");
+	}
 	if ((sum = calloc(head[0]->count + 1, sizeof *sum)) == NULL)
 		emu_nccl_fatal("out of memory");
 	/* Ranks in order: every rank gets the same rounding. */
@@ -192,6 +216,9 @@ match_p2p(struct emu_clique *c)
 		bytes = s->count * type_size(s->type);
 		if (bytes != r->count * type_size(r->type))
 			emu_nccl_fatal("send and receive sizes differ");
+		if (s->captured != r->captured)
+			emu_nccl_fatal("a send and its receive not both "
+			    "captured");
 		memmove(r->recv, s->send, bytes);
 		retire(s);
 		retire(r);
@@ -244,7 +271,76 @@ wait_done(struct emu_op **ops, int n)
 	}
 }
 
-/* Queue op in the open group, or post it and wait for it. */
+/* One run of an operation, when its stream reaches it: post a copy. */
+static void *
+run_start(void *arg)
+{
+	struct emu_op	*op;
+
+	if ((op = malloc(sizeof *op)) == NULL)
+		emu_nccl_fatal("out of memory");
+	*op = *(struct emu_op *)arg;
+	op->done = 0;
+	op->next = NULL;
+	pthread_mutex_lock(&mu);
+	post(&op, 1);
+	pthread_mutex_unlock(&mu);
+	return (op);
+}
+
+/* Whether a run of an operation has met its partners. */
+static int
+run_done(void *state)
+{
+	struct emu_op	*op = state;
+	int		 done;
+
+	pthread_mutex_lock(&mu);
+	done = op->done;
+	pthread_mutex_unlock(&mu);
+	if (done)
+		free(op);
+	return (done);
+}
+
+/* Record op into its stream's capture, which owns it from here. */
+static void
+record(struct emu_op *op)
+{
+	op->captured = 1;
+	emu_stream_work(op->stream, op->comm->c, run_start, run_done, op,
+	    free);
+}
+
+/*
+ * Queue ops that are not captured: those on a stream as its work, which
+ * owns them from here; then post those on the legacy stream and wait for
+ * them, as the legacy stream's work runs at the call.
+ */
+static void
+run_live(struct emu_op **ops, int n)
+{
+	struct emu_op	*legacy[EMU_NCCL_MAX_GROUP];
+	int		 i, n_legacy = 0;
+
+	for (i = 0; i < n; i++) {
+		if (ops[i]->stream != NULL)
+			emu_stream_work(ops[i]->stream, ops[i]->comm->c,
+			    run_start, run_done, ops[i], free);
+		else
+			legacy[n_legacy++] = ops[i];
+	}
+	if (n_legacy == 0)
+		return;
+	pthread_mutex_lock(&mu);
+	post(legacy, n_legacy);
+	wait_done(legacy, n_legacy);
+	pthread_mutex_unlock(&mu);
+	for (i = 0; i < n_legacy; i++)
+		free(legacy[i]);
+}
+
+/* Queue op in the open group, record it if captured, or run it. */
 static ncclResult_t
 submit(struct emu_op *op)
 {
@@ -258,11 +354,10 @@ submit(struct emu_op *op)
 		group_ops[group_n++] = op;
 		return (ncclSuccess);
 	}
-	pthread_mutex_lock(&mu);
-	post(&op, 1);
-	wait_done(&op, 1);
-	pthread_mutex_unlock(&mu);
-	free(op);
+	if (emu_stream_capturing(op->stream))
+		record(op);
+	else
+		run_live(&op, 1);
 	return (ncclSuccess);
 }
 
@@ -369,11 +464,11 @@ ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (op != ncclSum || (t != ncclFloat32 && t != ncclFloat16 &&
 	    t != ncclBfloat16) || send == NULL || recv == NULL)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_ALLREDUCE, comm, count, t);
+	o->stream = s;
 	o->send = send;
 	o->recv = recv;
 	return (submit(o));
@@ -386,11 +481,11 @@ ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (comm == NULL || peer < 0 || peer >= comm->c->n ||
 	    type_size(t) == 0)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_SEND, comm, count, t);
+	o->stream = s;
 	o->send = buf;
 	o->peer = peer;
 	return (submit(o));
@@ -403,11 +498,11 @@ ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer,
 {
 	struct emu_op	*o;
 
-	(void)s;
 	if (comm == NULL || peer < 0 || peer >= comm->c->n ||
 	    type_size(t) == 0)
 		return (ncclInvalidArgument);
 	o = new_op(EMU_RECV, comm, count, t);
+	o->stream = s;
 	o->recv = buf;
 	o->peer = peer;
 	return (submit(o));
@@ -421,22 +516,33 @@ ncclGroupStart(void)
 	return (ncclSuccess);
 }
 
-/* Close a group; the outermost posts its operations and waits for them. */
+/*
+ * Close a group; the outermost records its operations into their streams'
+ * captures, or queues them on their streams (see the top).
+ */
 ncclResult_t
 ncclGroupEnd(void)
 {
-	int	i;
+	int	i, n_captured = 0;
 
 	if (group_depth == 0)
 		return (ncclInvalidUsage);
 	if (--group_depth > 0 || group_n == 0)
 		return (ncclSuccess);
-	pthread_mutex_lock(&mu);
-	post(group_ops, group_n);
-	wait_done(group_ops, group_n);
-	pthread_mutex_unlock(&mu);
 	for (i = 0; i < group_n; i++)
-		free(group_ops[i]);
+		n_captured += emu_stream_capturing(group_ops[i]->stream) != 0;
+	if (n_captured > 0 && n_captured < group_n) {
+		/* NCCL refuses a group of captured and live operations. */
+		for (i = 0; i < group_n; i++)
+			free(group_ops[i]);
+		group_n = 0;
+		return (ncclInvalidUsage);
+	}
+	if (n_captured > 0) {
+		for (i = 0; i < group_n; i++)
+			record(group_ops[i]);
+	} else
+		run_live(group_ops, group_n);
 	group_n = 0;
 	return (ncclSuccess);
 }
