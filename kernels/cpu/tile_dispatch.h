@@ -1,0 +1,35 @@
+/*
+ * tile_dispatch.h: the switch from a tile's run-time shape to the
+ * compile-time shapes of an always-inlined tile function, shared by the
+ * repacked AVX-512 kernels.
+ */
+#ifndef PHASED_TILE_DISPATCH_H
+#define PHASED_TILE_DISPATCH_H
+
+/*
+ * Call tile(kind, pw, cols, r0, G, mr, a, t0, NR, y, ldy) with G = 2
+ * groups of rows when mr is over one group of pg, else 1, and NR = nr
+ * (1..5, 6 for anything larger): constants, so each call site unrolls.
+ */
+#define TILE_DISPATCH_NR(tile, kind, g, pw, cols, r0, mr, a, t0, nr, y, ldy) \
+	switch (nr) {							\
+	case 1: tile(kind, pw, cols, r0, g, mr, a, t0, 1, y, ldy); break; \
+	case 2: tile(kind, pw, cols, r0, g, mr, a, t0, 2, y, ldy); break; \
+	case 3: tile(kind, pw, cols, r0, g, mr, a, t0, 3, y, ldy); break; \
+	case 4: tile(kind, pw, cols, r0, g, mr, a, t0, 4, y, ldy); break; \
+	case 5: tile(kind, pw, cols, r0, g, mr, a, t0, 5, y, ldy); break; \
+	default: tile(kind, pw, cols, r0, g, mr, a, t0, 6, y, ldy); break; \
+	}
+
+#define TILE_DISPATCH(tile, kind, pg, pw, cols, r0, mr, a, t0, nr, y, ldy) \
+	do {								\
+		if ((mr) > (pg)) {					\
+			TILE_DISPATCH_NR(tile, kind, 2, pw, cols, r0, mr, \
+			    a, t0, nr, y, ldy)				\
+		} else {						\
+			TILE_DISPATCH_NR(tile, kind, 1, pw, cols, r0, mr, \
+			    a, t0, nr, y, ldy)				\
+		}							\
+	} while (0)
+
+#endif
