@@ -9,7 +9,7 @@
  * prompt is split across iterations and the remainder of an iteration can
  * hold chunks of several prompts.
  *
- * Without parameters the target is automatic: tbt_factor (4) times the
+ * Without parameters the target is automatic: tbt_factor (3.5) times the
  * decode-only iteration time the engine measured recently (pl_target.c
  * explains the cost model, the correction from measured iterations and how
  * a TTFT target given with ttft_ms is traded against the TBT target).

@@ -6,7 +6,7 @@
  * Every decoding request gets one token per iteration, so its time between
  * tokens is the iteration time: a TBT target is an iteration-time target.
  * Without an explicit one (tbt_p99_ms) the target is tbt_factor (default
- * 4) times the decode-only iteration time measured recently, and never less
+ * 3.5) times the decode-only iteration time measured recently, and never less
  * than that time plus 2 ms: it adapts to the model, the machine and the
  * number of decodes, and keeps a long prompt moving at about
  * 1 - 1/tbt_factor of the machine while chats keep their pace.
@@ -14,7 +14,7 @@
  * The chunk is the largest P whose forecast, corr * (a + b*P + c*D) times
  * 1 + 2 spread plus one residual standard deviation, stays under the
  * target, bounded by
- * min_chunk and max_chunk and by twice the largest prefill measured (the
+ * min_chunk and max_chunk and by 3/2 the largest prefill measured (the
  * model is never extrapolated far).  corr is an EWMA of measured over
  * forecast iteration times: the fit lags when the cost drifts (attention
  * over a growing context), and corr closes that loop.  spread is the
@@ -45,6 +45,13 @@
 /* Headroom: this many relative deviations, of at most PL_SPREAD_MAX. */
 #define PL_SPREAD_K	2.0
 #define PL_SPREAD_MAX	0.15
+/*
+ * A chunk is at most 3/2 the largest prefill measured: the slope of a fit
+ * to a few short prompts is loose, and the first chunk of a long one,
+ * forecast from it at twice their size, overshot the target by a fifth.
+ */
+#define PL_GROW_NUM	3
+#define PL_GROW_DEN	2
 
 /* Least-squares fit of t = a + b*P + c*D over the samples marked in use. */
 static int
@@ -167,7 +174,7 @@ void
 pl_target_init(struct pl_target *t)
 {
 	memset(t, 0, sizeof *t);
-	t->factor = 4;
+	t->factor = 3.5;	/* slowest chunk ~10% over: within 4x */
 	t->min_chunk = 16;
 	t->max_chunk = 8192;
 }
@@ -378,8 +385,8 @@ pl_target_chunk(const struct pl_target *t, struct pl_learn *l,
 		return;
 	}
 	cap = t->max_chunk;
-	if (2ULL * c->cost.max_p < cap)
-		cap = 2 * c->cost.max_p;
+	if ((uint64_t)c->cost.max_p * PL_GROW_NUM / PL_GROW_DEN < cap)
+		cap = c->cost.max_p * PL_GROW_NUM / PL_GROW_DEN;
 	if (cap < t->min_chunk)
 		cap = t->min_chunk;
 	c->chunk = pl_chunk_for(t, c, decodes, c->target_ms, cap);

@@ -107,21 +107,21 @@ test_auto_target(void)
 	p = prefill_planned(t);
 	diag("automatic: chunk %u, target %.1f ms, predicted %.1f ms", p,
 	    t->p.target_ns / 1e6, t->p.predicted_ns / 1e6);
-	ok(fabs(t->p.target_ns / 1e6 - 120) < 0.01, "chunked-prefill: "
-	    "automatic target is 4x the decode-only 30 ms (%.2f)",
+	ok(fabs(t->p.target_ns / 1e6 - 105) < 0.01, "chunked-prefill: "
+	    "automatic target is 3.5x the decode-only 30 ms (%.2f)",
 	    t->p.target_ns / 1e6);
-	want = (120 - 30) / 0.5;
+	want = (105 - 30) / 0.5;
 	ok(p >= want - 2 && p <= want, "chunked-prefill: chunk %u fills the "
 	    "target (%.0f)", p, want);
 	is_int(t->p.chunk_tokens, p, "chunked-prefill: report names the chunk");
 	ok(fabs(t->p.predicted_ns / 1e6 - cost(26, 0.5, 2, p, 2)) < 0.05,
 	    "chunked-prefill: report forecasts the iteration (%.2f ms)",
 	    t->p.predicted_ns / 1e6);
-	ok(cost(26, 0.5, 2, p, 2) <= 120.0001, "chunked-prefill: the "
+	ok(cost(26, 0.5, 2, p, 2) <= 105.0001, "chunked-prefill: the "
 	    "iteration stays within the automatic target");
 
 	plan(dr, t);
-	ok(fabs(t->p.target_ns / 1e6 - 120) < 0.01, "decode-reserved: the "
+	ok(fabs(t->p.target_ns / 1e6 - 105) < 0.01, "decode-reserved: the "
 	    "same automatic target without parameters");
 	ok(prefill_planned(t) >= want - 2 && prefill_planned(t) <= want,
 	    "decode-reserved: chunk %u sized by it", prefill_planned(t));
@@ -130,7 +130,7 @@ test_auto_target(void)
 	model_view(t, 56, 0.5, 2, 2, 8, 40);
 	fresh = load("chunked-prefill", "");
 	plan(fresh, t);
-	ok(fabs(t->p.target_ns / 1e6 - 240) < 0.01, "automatic target "
+	ok(fabs(t->p.target_ns / 1e6 - 210) < 0.01, "automatic target "
 	    "follows a slower decode-only time (%.2f)", t->p.target_ns / 1e6);
 	policy_close(fresh);
 
