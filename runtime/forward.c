@@ -34,6 +34,10 @@
 #define ATTN_TILE	16
 /* Rows of the output head computed per matrix call. */
 #define LOGIT_CHUNK	16
+/* Most tokens one pass over the layers stacks (see model_forward). */
+#ifndef FWD_MAX_ROWS
+#define FWD_MAX_ROWS	512
+#endif
 
 /*
  * Eight-lane vectors (GCC/Clang vector extensions): loaded and stored
@@ -616,10 +620,64 @@ alloc_floats(uint64_t n, char **cause)
 	return (p);
 }
 
-/* Run the model over a ragged batch. */
-int
-model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
-    struct threadpool *tp, char **cause)
+/* Elementwise work over n floats, split between the pool's threads. */
+struct ew_job {
+	float		*a;
+	const float	*b;
+	size_t		 n;
+	int		 op;		/* EW_ADD, EW_SILU, EW_GELU */
+};
+#define EW_ADD		0	/* a += b */
+#define EW_SILU		1	/* a = silu(a) * b */
+#define EW_GELU		2	/* a = gelu(a) * b */
+/* Below this many floats the work stays on the calling thread. */
+#define EW_MIN_PARALLEL	(1 << 15)
+
+/* One thread's share of an ew_job: the same operation on every element. */
+static void
+ew_worker(void *arg, int ith, int nth)
+{
+	const struct ew_job	*j = arg;
+	size_t			 i = j->n * (size_t)ith / (size_t)nth;
+	size_t			 end = j->n * (size_t)(ith + 1) / (size_t)nth;
+	float			*a = j->a;
+	const float		*b = j->b;
+
+	switch (j->op) {
+	case EW_ADD:
+		for (; i < end; i++)
+			a[i] += b[i];
+		break;
+	case EW_SILU:
+		for (; i < end; i++)
+			a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+		break;
+	default:
+		for (; i < end; i++)
+			a[i] = gelu_tanh(a[i]) * b[i];
+		break;
+	}
+}
+
+/*
+ * Run an elementwise operation, on all threads when it is large enough to
+ * pay for the wake-up; each element's result is the same either way.
+ */
+static void
+ew_run(struct threadpool *tp, int op, float *a, const float *b, size_t n)
+{
+	struct ew_job	j = { a, b, n, op };
+
+	if (tp != NULL && n >= EW_MIN_PARALLEL)
+		threadpool_run(tp, ew_worker, &j);
+	else
+		ew_worker(&j, 0, 1);
+}
+
+/* Run the model over a ragged batch of at most FWD_MAX_ROWS tokens. */
+static int
+forward_rows(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
+    int T, struct threadpool *tp, char **cause)
 {
 	const struct model_info	*mi = &m->info;
 	const int		 dim = mi->n_embd, ff = mi->n_ff;
@@ -631,17 +689,13 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	float			*x, *xb, *q, *k, *v, *att, *hb, *hb2, *cs, *buf;
 	float			*lg;
 	uint64_t		 nf;
-	int			 T, n, i, j, row, nth, n_out, r;
+	int			 n, i, j, row, nth, n_out, r;
 	int			*out_rows;
 	uint32_t		 layer;
 	double			 ang;
 	float			 ms;
 	int			 tab, tile;
 
-	if (model_batch_check(&m->info, pool, b, &T, cause) != 0)
-		return (-1);
-	if (b->n_seqs == 0)
-		return (0);
 	nth = tp != NULL ? threadpool_size(tp) : 1;
 
 	memset(&c, 0, sizeof c);
@@ -786,8 +840,7 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 				    xb + (size_t)row * dim, l->post_attn_norm,
 				    dim, mi->rms_eps);
 		}
-		for (i = 0; i < T * dim; i++)
-			x[i] += xb[i];
+		ew_run(tp, EW_ADD, x, xb, (size_t)T * dim);
 
 		for (row = 0; row < T; row++) {
 			rmsnorm(xb + (size_t)row * dim, x + (size_t)row * dim,
@@ -795,13 +848,8 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 		}
 		qmat_mul(tp, l->w_gate, xb, T, hb, ff);
 		qmat_mul(tp, l->w_up, xb, T, hb2, ff);
-		if (hp->ffn_gelu) {
-			for (i = 0; i < T * ff; i++)
-				hb[i] = gelu_tanh(hb[i]) * hb2[i];
-		} else {
-			for (i = 0; i < T * ff; i++)
-				hb[i] = hb[i] / (1.0f + expf(-hb[i])) * hb2[i];
-		}
+		ew_run(tp, hp->ffn_gelu ? EW_GELU : EW_SILU, hb, hb2,
+		    (size_t)T * ff);
 		qmat_mul(tp, l->w_down, hb, T, xb, dim);
 		if (l->post_ffn_norm != NULL) {
 			for (row = 0; row < T; row++)
@@ -809,8 +857,7 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 				    xb + (size_t)row * dim, l->post_ffn_norm,
 				    dim, mi->rms_eps);
 		}
-		for (i = 0; i < T * dim; i++)
-			x[i] += xb[i];
+		ew_run(tp, EW_ADD, x, xb, (size_t)T * dim);
 	}
 
 	/* The output head, only for the rows that want logits. */
@@ -856,4 +903,67 @@ model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	free(c.row0);
 	free(buf);
 	return (0);
+}
+
+/*
+ * Run the model over a ragged batch.  A batch of more than FWD_MAX_ROWS
+ * tokens runs as consecutive passes over cuts of it, entries split where
+ * a cut falls (only a piece that ends its entry asks for logits): the
+ * activations of one pass then stay near the caches the matrix kernels
+ * stream them through, and a sequence's later piece sees its earlier
+ * pieces' keys and values in the cache, so by chunk invariance the
+ * results are the same bits as one pass.
+ */
+int
+model_forward(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
+    struct threadpool *tp, char **cause)
+{
+	struct fwd_batch	 sb;
+	struct fwd_entry	*pe;
+	uint32_t		*was;
+	int			 T, n, off, room, take, rc = 0;
+
+	if (model_batch_check(&m->info, pool, b, &T, cause) != 0)
+		return (-1);
+	if (b->n_seqs == 0)
+		return (0);
+	if (T <= FWD_MAX_ROWS)
+		return (forward_rows(m, pool, b, T, tp, cause));
+
+	pe = xreallocarray(NULL, b->n_seqs, sizeof *pe);
+	was = xreallocarray(NULL, b->n_seqs, sizeof *was);
+	for (n = 0; n < b->n_seqs; n++)
+		was[n] = b->entries[n].seq->n_tokens;
+	sb.entries = pe;
+	for (n = off = 0; n < b->n_seqs && rc == 0;) {
+		sb.n_seqs = 0;
+		for (room = FWD_MAX_ROWS; n < b->n_seqs && room > 0;
+		    room -= take) {
+			const struct fwd_entry *e = &b->entries[n];
+
+			take = e->n_tokens - off < room ? e->n_tokens - off :
+			    room;
+			pe[sb.n_seqs] = *e;
+			pe[sb.n_seqs].tokens = e->tokens + off;
+			pe[sb.n_seqs].n_tokens = take;
+			if (off + take < e->n_tokens)
+				pe[sb.n_seqs].logits = NULL;
+			sb.n_seqs++;
+			off += take;
+			if (off == e->n_tokens) {
+				n++;
+				off = 0;
+			}
+		}
+		rc = forward_rows(m, pool, &sb, FWD_MAX_ROWS - room, tp,
+		    cause);
+	}
+	/* A failed pass leaves no sequence longer: the contract's "nothing changed". */
+	if (rc != 0) {
+		for (n = 0; n < b->n_seqs; n++)
+			b->entries[n].seq->n_tokens = was[n];
+	}
+	free(was);
+	free(pe);
+	return (rc);
 }

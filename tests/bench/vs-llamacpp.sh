@@ -6,8 +6,8 @@
 #
 # phased-synth writes one F16 model; llama-quantize (llama.cpp's own
 # quantizer) makes every other type from it, so both tools read the very
-# same file.  For each of ROUNDS rounds and each type, `llama-bench -r 1`
-# and `phased-bench -r 1` run one after the other (which goes first
+# same file.  For each of ROUNDS rounds and each type, `llama-bench -r REPS`
+# and `phased-bench -r REPS` run one after the other (which goes first
 # alternates by round), so slow phases of a noisy machine hit both.  The
 # table gives, for every prompt length of PP and for generation, medians,
 # min-max spread and the ratios of the medians, and the peak resident
@@ -29,7 +29,9 @@
 # llama.cpp source tree it is built (CPU only) into LLAMA_BUILD.  Without
 # it the script says so and exits 0 (a skip, not a failure).
 #
-# Environment: TYPES (default: all below), ROUNDS (5), THREADS (2),
+# Environment: TYPES (default: all below), ROUNDS (5), REPS (1: runs of
+# each test per tool invocation; ROUNDS=1 REPS=5 pays each tool's warm-up
+# and load once per type instead of five times), THREADS (2),
 # PP (512,2048: comma-separated prompt lengths), NG (128; 0 leaves
 # generation out), IMATRIX, KEEP=1
 # keeps the raw per-run logs (the models in MODELDIR are always kept).
@@ -40,6 +42,7 @@ SHARED=${PHASED_SHARED:-$(dirname "$0")/../../../shared}
 VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
 TYPES=${TYPES:-F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q2_K_MIX Q3_K_M Q4_K_M Q5_K_M}
 ROUNDS=${ROUNDS:-5}
+REPS=${REPS:-1}
 THREADS=${THREADS:-2}
 PP=${PP:-512,2048}
 NG=${NG:-128}
@@ -178,16 +181,16 @@ noamx() {
 # llama LOG FILE: one llama-bench run on FILE.
 llama() {
 	rc=0
-	LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" -r 1 -o json ||
+	LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" -r "$REPS" -o json ||
 	    rc=$?
 	if [ "$rc" -eq 132 ] && [ -z "$PRE" ]; then
 		noamx
-		LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" -r 1 \
+		LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" -r "$REPS" \
 		    -o json || true
 	fi
 }
-echo "commands: $LB -m F -t $THREADS -p $PP -n $NG -r 1 -o json;" \
-    "$B/phased-bench -m F -p $PP -n $NG -b 1 -r 1 -t $THREADS --json; $ROUNDS rounds"
+echo "commands: $LB -m F -t $THREADS -p $PP -n $NG -r $REPS -o json;" \
+    "$B/phased-bench -m F -p $PP -n $NG -b 1 -r $REPS -t $THREADS --json; $ROUNDS rounds"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
 	for t in $TYPES; do
@@ -196,9 +199,9 @@ while [ "$r" -le "$ROUNDS" ]; do
 		p="$OUT/phased-$t-$r.json"
 		if [ $((r % 2)) -eq 1 ]; then
 			llama "$l" "$f"
-			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r 1 -t "$THREADS" --json || true
+			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r "$REPS" -t "$THREADS" --json || true
 		else
-			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r 1 -t "$THREADS" --json || true
+			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r "$REPS" -t "$THREADS" --json || true
 			llama "$l" "$f"
 		fi
 	done
@@ -233,6 +236,11 @@ def rss(path):
         return None
 
 
+def runs(e):
+    """Every run's tokens/s of one llama-bench test."""
+    return e.get("samples_ts") or [e["avg_ts"]]
+
+
 def cell(v):
     """Median (min-max) of samples, or a dash."""
     if not v:
@@ -263,13 +271,13 @@ for t in types:
         lj = load(os.path.join(out, "llama-%s-%d.json" % (t, r)))
         for e in lj or []:
             if e.get("n_prompt", 0) > 0 and e.get("n_gen", 0) == 0:
-                s.setdefault(("l", "pp%d" % e["n_prompt"]), []).append(e["avg_ts"])
+                s.setdefault(("l", "pp%d" % e["n_prompt"]), []).extend(runs(e))
             elif e.get("n_gen", 0) > 0 and e.get("n_prompt", 0) == 0:
-                s.setdefault(("l", "tg"), []).append(e["avg_ts"])
+                s.setdefault(("l", "tg"), []).extend(runs(e))
         pj = load(os.path.join(out, "phased-%s-%d.json" % (t, r)))
         for e in (pj or {}).get("results", []):
             k = "pp%d" % e["n_tokens"] if e["test"] == "pp" else "tg"
-            s.setdefault(("p", k), []).append(e["tps_median"])
+            s.setdefault(("p", k), []).extend(e.get("samples") or [e["tps_median"]])
         for k, n in (("lr", "llama"), ("pr", "phased")):
             v = rss(os.path.join(out, "%s-%s-%d.json" % (n, t, r)))
             if v is not None:

@@ -318,6 +318,64 @@ test_invariance(const char *doc, int kv_f32, struct threadpool *tp)
 	free(ls);
 }
 
+/*
+ * A batch longer than one pass takes (model_forward cuts it, splitting
+ * entries where a cut falls) gives the same bits as each sequence alone
+ * in small chunks, and leaves every sequence at its full length.
+ */
+static void
+test_long_batch(struct threadpool *tp)
+{
+	enum { NA = 700, NB = 300, NC = 5 };
+	static const int	 len[3] = { NA, NB, NC };
+	static int32_t		 tok[3][NA];
+	float			 ref[3][512], got[3][512];
+	struct model		*m;
+	struct kv_pool		*pool;
+	struct kv_seq		 seq[3];
+	struct fwd_entry	 e[3];
+	struct fwd_batch	 b = { e, 3 };
+	char			*cause = NULL;
+	int			 i, s, same = 1, rc;
+
+	m = load("stories260K.gguf", 0, 1024);
+	if (m == NULL)
+		return;
+	pool = model_kv_pool_create(m, 160, &cause);
+	for (s = 0; s < 3; s++) {
+		for (i = 0; i < len[s]; i++)
+			tok[s][i] = (int32_t)((i * (31 + 6 * s) + 7 * s + 1) % 512);
+	}
+	for (s = 0; s < 3; s++) {
+		memset(&seq[s], 0, sizeof seq[s]);
+		prefill(m, pool, &seq[s], tok[s], len[s], 64, tp, ref[s]);
+		kv_seq_release(pool, &seq[s]);
+	}
+	for (s = 0; s < 3; s++) {
+		memset(&seq[s], 0, sizeof seq[s]);
+		kv_seq_reserve(pool, &seq[s], len[s]);
+		e[s] = (struct fwd_entry){ &seq[s], tok[s], len[s], got[s] };
+	}
+	rc = model_forward(m, pool, &b, tp, &cause);
+	if (rc != 0) {
+		diag("forward: %s", cause);
+		free(cause);
+	}
+	ok(rc == 0, "a batch of %d tokens runs", NA + NB + NC);
+	for (s = 0; s < 3; s++) {
+		same &= memcmp(got[s], ref[s], sizeof got[s]) == 0;
+		same &= seq[s].n_tokens == (uint32_t)len[s];
+	}
+	ok(same, "long batch: every sequence's logits bit-identical to chunks "
+	    "of 64, lengths %u %u %u", seq[0].n_tokens, seq[1].n_tokens,
+	    seq[2].n_tokens);
+	for (s = 0; s < 3; s++)
+		kv_seq_release(pool, &seq[s]);
+	is_int(kv_pool_used_blocks(pool), 0, "long batch: all blocks back");
+	kv_pool_free(pool);
+	model_free(m);
+}
+
 /* Bad batches are refused with nothing changed. */
 static void
 test_bad_batches(struct threadpool *tp)
@@ -775,6 +833,7 @@ main(void)
 		test_invariance(doc, 0, tp);
 		quant_force_isa(QUANT_ISA_AUTO);
 	}
+	test_long_batch(tp);
 	test_bad_batches(tp);
 	test_load_errors();
 	test_tiny_random(tp);
