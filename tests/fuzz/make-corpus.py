@@ -184,24 +184,24 @@ def frame_corpus():
     stats = req(16, 50, fb(1, "a"))
     cancel = req(17, 3, fv(1, 2))
     files = {
-        "hello-generate.bin": frame(hello) + frame(gen),
-        "generate-tokens.bin": frame(gen_tokens),
-        "generate-bad-utf8.bin": frame(gen_bad_utf8),
-        "generate-stops.bin": frame(gen_stops),
-        "chat.bin": frame(hello) + frame(chat),
-        "chat-bad-role.bin": frame(chat_badrole),
-        "render.bin": frame(render),
-        "tokenize-detokenize.bin": frame(tok) + frame(detok),
-        "load.bin": frame(load) + frame(load_bad),
-        "policy-set.bin": frame(pset),
-        "admin.bin": frame(status) + frame(models) + frame(stats) +
+        "hello-generate.frame": frame(hello) + frame(gen),
+        "generate-tokens.frame": frame(gen_tokens),
+        "generate-bad-utf8.frame": frame(gen_bad_utf8),
+        "generate-stops.frame": frame(gen_stops),
+        "chat.frame": frame(hello) + frame(chat),
+        "chat-bad-role.frame": frame(chat_badrole),
+        "render.frame": frame(render),
+        "tokenize-detokenize.frame": frame(tok) + frame(detok),
+        "load.frame": frame(load) + frame(load_bad),
+        "policy-set.frame": frame(pset),
+        "admin.frame": frame(status) + frame(models) + frame(stats) +
                      frame(cancel),
-        "empty-frame.bin": b"\0\0\0\0",
-        "oversized.bin": b"\x7f\xff\xff\xff",
-        "id-zero.bin": frame(req(0, 10)),
-        "undecodable.bin": frame(b"\xff\xff\xff"),
-        "unknown-body.bin": frame(fv(1, 5) + fb(99, b"")),
-        "partial.bin": frame(gen)[:-3],
+        "empty-frame.frame": b"\0\0\0\0",
+        "oversized.frame": b"\x7f\xff\xff\xff",
+        "id-zero.frame": frame(req(0, 10)),
+        "undecodable.frame": frame(b"\xff\xff\xff"),
+        "unknown-body.frame": frame(fv(1, 5) + fb(99, b"")),
+        "partial.frame": frame(gen)[:-3],
     }
     return files
 
