@@ -35,9 +35,7 @@
 /* Rows of the output head computed per matrix call. */
 #define LOGIT_CHUNK	16
 /* Most tokens one pass over the layers stacks (see model_forward). */
-#ifndef FWD_MAX_ROWS
 #define FWD_MAX_ROWS	512
-#endif
 
 /*
  * Eight-lane vectors (GCC/Clang vector extensions): loaded and stored
