@@ -251,16 +251,16 @@ mul_worker(void *arg, int ith, int nth)
 	int			 tb, t, t1, tt, row_step;
 
 	/*
-	 * A small batch is bound by memory bandwidth: walk one row at a time
-	 * so the weights are one sequential stream (interleaved short rows
-	 * defeat the hardware prefetcher).  A large one is bound by compute:
-	 * use the full tile height so activation loads are shared by rows.
+	 * A small batch is bound by memory bandwidth: hand the kernel the few
+	 * rows it walks together (dmr; one, a single sequential stream, unless
+	 * it says otherwise).  A large one is bound by compute: use the full
+	 * tile height so activation loads are shared by rows.
 	 */
 	if (m->packed != NULL) {
 		packed_worker(job);
 		return;
 	}
-	row_step = job->n_tok <= SMALL_BATCH ? 1 : k->mr;
+	row_step = job->n_tok <= SMALL_BATCH ? (k->dmr > 0 ? k->dmr : 1) : k->mr;
 	per_tok = (size_t)m->cols * (job->a->q != NULL ? 3 :
 	    job->a->xb != NULL ? 2 : 4);
 	tb = (int)(ACT_BLOCK_BYTES / per_tok);

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Half-precision and brain-float conversions (round to nearest even). */
 float		fp16_to_f32(uint16_t);
@@ -128,6 +129,7 @@ typedef void (*quant_packed_fn)(const uint8_t *pw, int64_t cols, int64_t r0, int
 struct quant_kernel {
 	quant_kernel_fn	 fn;
 	int		 mr, nr;
+	int		 dmr;		/* rows to hand fn at once for one token (0: 1) */
 	int		 layout;	/* enum act_layout the kernel reads */
 	quant_fill_fn	 fill;		/* faster quant_act_fill, same results */
 	/* Optional: the same product on weights repacked at load (below). */
@@ -207,6 +209,21 @@ q4k_scales(const uint8_t *p, uint8_t *sc, uint8_t *mn)
 		sc[j] = (p[j + 4] & 0xf) | ((p[j - 4] >> 6) << 4);
 		mn[j] = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
 	}
+}
+
+/* q4k_scales with the eight scales and mins packed into a word each. */
+static inline void
+q4k_scales_fast(const uint8_t *p, uint64_t *sc, uint64_t *mn)
+{
+	uint32_t	w0, w1, w2;
+
+	memcpy(&w0, p, 4);
+	memcpy(&w1, p + 4, 4);
+	memcpy(&w2, p + 8, 4);
+	*sc = (w0 & 0x3f3f3f3f) | (uint64_t)((w2 & 0x0f0f0f0f) |
+	    ((w0 >> 2) & 0x30303030)) << 32;
+	*mn = (w1 & 0x3f3f3f3f) | (uint64_t)(((w2 >> 4) & 0x0f0f0f0f) |
+	    ((w1 >> 2) & 0x30303030)) << 32;
 }
 
 #endif

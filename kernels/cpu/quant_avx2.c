@@ -19,6 +19,21 @@
 
 #define MR	2
 #define NR	3
+/*
+ * Rows a single-token tile walks together, for the float types (DMR) and
+ * the integer ones (DMR_INT): a chain of FMAs on one accumulator would
+ * leave the unit waiting on its latency; the integer tiles have more work
+ * per step and gain from only two.
+ */
+#define DMR	4
+#define DMR_INT	2
+/*
+ * Bytes ahead of a single token's weight streams to prefetch: the hardware
+ * prefetcher alone leaves the loads waiting on memory.
+ */
+#define PFD	8192
+/* Rows the tile arrays are sized for. */
+#define TMR	(MR > DMR ? MR : DMR)
 
 #define AI	static inline __attribute__((always_inline))
 
@@ -70,18 +85,19 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 {
 	const int64_t	 nb = cols / 32, stride = a->stride;
 	const int	 has_bias = kind == K_Q4_0 || kind == K_Q6_K;
-	__m256		 acc[MR][NR];
-	__m256		 ksc[MR][2];	/* K-quants: scales of the super-block */
-	__m256i		 u[MR];
-	__m256		 ws[MR];
-	__m256i		 sgn[MR];
-	const uint8_t	*row[MR];
+	const int	 step = kind == K_Q4_K || kind == K_Q6_K ? 8 : 1;
+	__m256		 acc[TMR][NR];
+	__m256		 ksc[TMR][2];	/* K-quants: scales of the super-block */
+	__m256i		 u[TMR];
+	__m256		 ws[TMR];
+	__m256i		 sgn[TMR];
+	const uint8_t	*row[TMR];
 	const int8_t	*xq[NR];
 	const float	*dl[NR];
 	const int32_t	*bias[NR];
-	int64_t		 b;
-	int		 i, j;
-	float		 mins[kind == K_Q4_K ? MR : 1][kind == K_Q4_K ? nb : 1];
+	int64_t		 bs;
+	int		 i, j, m;
+	float		 mins[kind == K_Q4_K ? TMR : 1][kind == K_Q4_K ? nb : 1];
 
 #pragma GCC unroll 4
 	for (i = 0; i < mr; i++) {
@@ -98,79 +114,87 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 		dl[j] = a->dl + (size_t)(t0 + j) * (stride / 4);
 		bias[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
 	}
-	for (b = 0; b < nb; b++) {
-		const int m = b & 7;
-
-#pragma GCC unroll 4
-		for (i = 0; i < mr; i++) {
-			if (kind == K_Q4_0) {
-				const uint8_t *p = row[i] + 18 * b;
-				__m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
-				__m256i z = _mm256_inserti128_si256(_mm256_castsi128_si256(v),
-				    _mm_srli_epi16(v, 4), 1);
-				u[i] = _mm256_and_si256(z, _mm256_set1_epi8(0x0f));
-				ws[i] = _mm256_set1_ps(h2f(p));
-			} else if (kind == K_Q8_0) {
-				const uint8_t *p = row[i] + 34 * b;
-				__m256i v = _mm256_loadu_si256((const __m256i *)(p + 2));
-				/* |w| times x with w's sign: no offset needed. */
-				u[i] = _mm256_abs_epi8(v);
-				sgn[i] = v;
-				ws[i] = _mm256_set1_ps(h2f(p));
-			} else if (kind == K_Q4_K) {
-				const uint8_t *sb = row[i] + 144 * (b >> 3);
-				if (m == 0) {
-					uint8_t sc[8], mn[8];
-					float d = h2f(sb), dmin = h2f(sb + 2);
-					int k;
-
-					q4k_scales(sb + 4, sc, mn);
-					for (k = 0; k < 8; k++)
-						mins[kind == K_Q4_K ? i : 0][b + k] = dmin * mn[k];
-					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-					    (const __m128i *)sc))), _mm256_set1_ps(d));
-				}
-				__m256i v = _mm256_loadu_si256((const __m256i *)
-				    (sb + 16 + 32 * (m >> 1)));
-				if (m & 1)
-					v = _mm256_srli_epi16(v, 4);
-				u[i] = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-				ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
-			} else {
-				const uint8_t *sb = row[i] + 210 * (b >> 3);
-				if (m == 0) {
-					__m128i s8 = _mm_loadu_si128((const __m128i *)(sb + 192));
-					__m256 d = _mm256_set1_ps(h2f(sb + 208));
-					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepi8_epi32(s8)), d);
-					ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8))), d);
-				}
-				u[i] = unpack_q6_k(sb, m);
-				/* Lanes 0-3: sub-block 2m, lanes 4-7: 2m + 1. */
-				ws[i] = _mm256_permutevar8x32_ps(ksc[i][m >> 2],
-				    _mm256_add_epi32(_mm256_set1_epi32(2 * (m & 3)),
-				    _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0)));
-			}
-		}
-#pragma GCC unroll 4
-		for (j = 0; j < nr; j++) {
-			__m256i	x = _mm256_loadu_si256((const __m256i *)(xq[j] + 32 * b));
-			__m256	d = _mm256_loadu_ps(dl[j] + 8 * b);
-			__m256i	b0 = has_bias ?
-				    _mm256_loadu_si256((const __m256i *)(bias[j] + 8 * b)) :
-				    _mm256_setzero_si256();
+	/* A super-block's eight steps unrolled: its shifts and lanes are constants. */
+	for (bs = 0; bs < nb; bs += step) {
+#pragma GCC unroll 8
+		for (m = 0; m < step; m++) {
+			const int64_t b = bs + m;
 
 #pragma GCC unroll 4
 			for (i = 0; i < mr; i++) {
-				__m256i xs = kind == K_Q8_0 ? _mm256_sign_epi8(x, sgn[i]) : x;
-				__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], xs),
-				    _mm256_set1_epi16(1));
-				if (has_bias)
-					s = _mm256_add_epi32(s, b0);
-				acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-				    _mm256_mul_ps(ws[i], d), acc[i][j]);
+				if (nr == 1)
+					_mm_prefetch((const char *)row[i] + (kind == K_Q4_0 ? 18 * b :
+					    kind == K_Q8_0 ? 34 * b : kind == K_Q4_K ? 18 * b : 26 * b) + PFD,
+					    _MM_HINT_T0);
+				if (kind == K_Q4_0) {
+					const uint8_t *p = row[i] + 18 * b;
+					__m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+					__m256i z = _mm256_inserti128_si256(_mm256_castsi128_si256(v),
+					    _mm_srli_epi16(v, 4), 1);
+					u[i] = _mm256_and_si256(z, _mm256_set1_epi8(0x0f));
+					ws[i] = _mm256_set1_ps(h2f(p));
+				} else if (kind == K_Q8_0) {
+					const uint8_t *p = row[i] + 34 * b;
+					__m256i v = _mm256_loadu_si256((const __m256i *)(p + 2));
+					/* |w| times x with w's sign: no offset needed. */
+					u[i] = _mm256_abs_epi8(v);
+					sgn[i] = v;
+					ws[i] = _mm256_set1_ps(h2f(p));
+				} else if (kind == K_Q4_K) {
+					const uint8_t *sb = row[i] + 144 * (b >> 3);
+					if (m == 0) {
+						uint64_t sc, mn;
+
+						q4k_scales_fast(sb + 4, &sc, &mn);
+						_mm256_storeu_ps(&mins[kind == K_Q4_K ? i : 0][b],
+						    _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn))),
+						    _mm256_set1_ps(h2f(sb + 2))));
+						ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc))),
+						    _mm256_set1_ps(h2f(sb)));
+					}
+					__m256i v = _mm256_loadu_si256((const __m256i *)
+					    (sb + 16 + 32 * (m >> 1)));
+					if (m & 1)
+						v = _mm256_srli_epi16(v, 4);
+					u[i] = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+					ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
+				} else {
+					const uint8_t *sb = row[i] + 210 * (b >> 3);
+					if (m == 0) {
+						__m128i s8 = _mm_loadu_si128((const __m128i *)(sb + 192));
+						__m256 d = _mm256_set1_ps(h2f(sb + 208));
+						ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepi8_epi32(s8)), d);
+						ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8))), d);
+					}
+					u[i] = unpack_q6_k(sb, m);
+					/* Lanes 0-3: sub-block 2m, lanes 4-7: 2m + 1. */
+					ws[i] = _mm256_permutevar8x32_ps(ksc[i][m >> 2],
+					    _mm256_add_epi32(_mm256_set1_epi32(2 * (m & 3)),
+					    _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0)));
+				}
+			}
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++) {
+				__m256i	x = _mm256_loadu_si256((const __m256i *)(xq[j] + 32 * b));
+				__m256	d = _mm256_loadu_ps(dl[j] + 8 * b);
+				__m256i	b0 = has_bias ?
+					    _mm256_loadu_si256((const __m256i *)(bias[j] + 8 * b)) :
+					    _mm256_setzero_si256();
+
+#pragma GCC unroll 4
+				for (i = 0; i < mr; i++) {
+					__m256i xs = kind == K_Q8_0 ? _mm256_sign_epi8(x, sgn[i]) : x;
+					__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], xs),
+					    _mm256_set1_epi16(1));
+					if (has_bias)
+						s = _mm256_add_epi32(s, b0);
+					acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+					    _mm256_mul_ps(ws[i], d), acc[i][j]);
+				}
 			}
 		}
 	}
@@ -197,36 +221,42 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 }
 
 /*
- * Instantiate the tile shapes; one token (decode) or a partial row tile goes
- * one row at a time, so the weights stream sequentially.
+ * Instantiate the tile shapes: a single token (decode) takes DMR rows at a
+ * time, so several accumulator chains are in flight; rows short of a full
+ * tile go one at a time.
  */
-#define DISPATCH(fn, tile, kind)					\
+#define DISPATCH(fn, tile, kind, dmr)				\
 static void								\
 fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
 {									\
-	int	i;							\
+	int	i = 0;							\
 									\
-	if (mr == MR && nr > 1) {					\
-		switch (nr) {						\
-		case 1: tile(kind, w, rb, cols, r0, MR, a, t0, 1, y, ldy); return; \
-		case 2: tile(kind, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
-		default: tile(kind, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
-		}							\
+	if (nr == 1) {							\
+		for (; i + (dmr) <= mr; i += (dmr))			\
+			tile(kind, w, rb, cols, r0 + i, dmr, a, t0, 1, y, ldy); \
+		for (; i < mr; i++)					\
+			tile(kind, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); \
+		return;							\
 	}								\
-	for (i = 0; i < mr; i++) {					\
-		switch (nr) {						\
-		case 1: tile(kind, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
-		case 2: tile(kind, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
-		default: tile(kind, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
-		}							\
+	for (; i + MR <= mr; i += MR) {					\
+		if (nr == 2)						\
+			tile(kind, w, rb, cols, r0 + i, MR, a, t0, 2, y, ldy); \
+		else							\
+			tile(kind, w, rb, cols, r0 + i, MR, a, t0, 3, y, ldy); \
+	}								\
+	for (; i < mr; i++) {						\
+		if (nr == 2)						\
+			tile(kind, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); \
+		else							\
+			tile(kind, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); \
 	}								\
 }
 
-DISPATCH(avx2_q4_0, int_tile, K_Q4_0)
-DISPATCH(avx2_q8_0, int_tile, K_Q8_0)
-DISPATCH(avx2_q4_k, int_tile, K_Q4_K)
-DISPATCH(avx2_q6_k, int_tile, K_Q6_K)
+DISPATCH(avx2_q4_0, int_tile, K_Q4_0, DMR_INT)
+DISPATCH(avx2_q8_0, int_tile, K_Q8_0, DMR_INT)
+DISPATCH(avx2_q4_k, int_tile, K_Q4_K, DMR_INT)
+DISPATCH(avx2_q6_k, int_tile, K_Q6_K, DMR_INT)
 
 /*
  * The types added after the first seven (ext_tile), a block of 32 (or an
@@ -309,15 +339,17 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 			    kind == K_Q5_1 ? 24 : kind == K_IQ4_NL ? 18 :
 			    kind == K_Q2_K ? 84 : kind == K_Q3_K ? 110 :
 			    kind == K_Q5_K ? 176 : 136;
-	__m256		 acc[MR][NR], ksc[MR][2], kmn[MR][2], ws[MR], wm[MR];
-	__m256i		 u[MR], sgn[MR];
-	const uint8_t	*row[MR];
+	/* A super-block's eight steps unrolled: its shifts and lanes are constants. */
+	const int	 step = k256 ? 8 : 1;
+	__m256		 acc[TMR][NR], ksc[TMR][2], kmn[TMR][2], ws[TMR], wm[TMR];
+	__m256i		 u[TMR], sgn[TMR];
+	const uint8_t	*row[TMR];
 	const int8_t	*xq[NR];
 	const float	*dl[NR];
 	const int32_t	*bias[NR];
-	int64_t		 b;
-	int		 i, j;
-	float		 bmin[bmins ? MR : 1][bmins ? ((nb + 7) & ~7) : 1];
+	int64_t		 bs;
+	int		 i, j, m;
+	float		 bmin[bmins ? TMR : 1][bmins ? ((nb + 7) & ~7) : 1];
 
 #pragma GCC unroll 4
 	for (i = 0; i < mr; i++) {
@@ -336,141 +368,149 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 		dl[j] = a->dl + (size_t)(t0 + j) * (stride / 4);
 		bias[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
 	}
-	for (b = 0; b < nb; b++) {
-		const int m = b & 7, h = m >> 2, jq = m & 3;
+	for (bs = 0; bs < nb; bs += step) {
+#pragma GCC unroll 8
+		for (m = 0; m < step; m++) {
+			const int64_t b = bs + m;
+			const int h = m >> 2, jq = m & 3;
 
-#pragma GCC unroll 4
-		for (i = 0; i < mr; i++) {
-			if (!k256) {
-				const uint8_t *p = row[i] + bb * b;
-				const int qo = kind == K_Q4_1 ? 4 : kind == K_Q5_0 ? 6 :
-				    kind == K_Q5_1 ? 8 : 2;
-				__m256i c = nibbles32(p + qo);
-				if (kind == K_Q5_0 || kind == K_Q5_1) {
-					uint32_t qh;
-					memcpy(&qh, p + qo - 4, 4);
-					c = _mm256_or_si256(c, _mm256_and_si256(bits_to_bytes(qh),
-					    _mm256_set1_epi8(0x10)));
-				}
-				if (iq4) {
-					c = _mm256_shuffle_epi8(iq4_book256(), c);
-					sgn[i] = c;
-					c = _mm256_abs_epi8(c);
-				}
-				u[i] = c;
-				ws[i] = _mm256_set1_ps(h2f(p));
-				if (bmins)
-					bmin[i][b] = h2f(p + 2);
-				continue;
-			}
-			const uint8_t *sb = row[i] + bb * (b >> 3);
-			if (m == 0) {
-				if (kind == K_Q2_K) {
-					__m128i s8 = _mm_loadu_si128((const __m128i *)sb);
-					__m128i lo = _mm_and_si128(s8, _mm_set1_epi8(15));
-					__m128i hi = _mm_and_si128(_mm_srli_epi16(s8, 4),
-					    _mm_set1_epi8(15));
-					__m256 d = _mm256_set1_ps(h2f(sb + 80));
-					__m256 dm = _mm256_set1_ps(-h2f(sb + 82));
-					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepu8_epi32(lo)), d);
-					ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d);
-					kmn[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepu8_epi32(hi)), dm);
-					kmn[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), dm);
-				} else if (kind == K_Q3_K) {
-					__m128i s8 = q3k_scales16(sb + 96);
-					__m256 d = _mm256_set1_ps(h2f(sb + 108));
-					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepi8_epi32(s8)), d);
-					ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8))), d);
-				} else if (kind == K_Q5_K) {
-					uint8_t sc[8], mn[8];
-					float d = h2f(sb), dmin = h2f(sb + 2);
-					int k;
-
-					q4k_scales(sb + 4, sc, mn);
-					for (k = 0; k < 8; k++)
-						bmin[bmins ? i : 0][b + k] = -dmin * mn[k];
-					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-					    (const __m128i *)sc))), _mm256_set1_ps(d));
-				} else {
-					uint16_t sh;
-					uint32_t sl;
-					int32_t ls[8];
-					int k;
-
-					memcpy(&sh, sb + 2, 2);
-					memcpy(&sl, sb + 4, 4);
-					for (k = 0; k < 8; k++)
-						ls[k] = (int32_t)(((sl >> (4 * k)) & 15) |
-						    ((sh >> (2 * k)) & 3) << 4) - 32;
-					ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
-					    _mm256_loadu_si256((const __m256i *)ls)),
-					    _mm256_set1_ps(h2f(sb)));
-				}
-			}
-			if (kind == K_Q2_K || kind == K_Q3_K) {
-				/* Chunk m: bits 2jq.. of qs[32h + l]; sub-blocks 2m, 2m + 1. */
-				__m256i v = _mm256_loadu_si256((const __m256i *)(sb +
-				    (kind == K_Q2_K ? 16 : 32) + 32 * h));
-				__m256i c = _mm256_and_si256(_mm256_srl_epi16(v,
-				    _mm_cvtsi32_si128(2 * jq)), _mm256_set1_epi8(3));
-				__m256i idx = _mm256_add_epi32(_mm256_set1_epi32(2 * jq),
-				    _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
-				if (kind == K_Q3_K)
-					c = _mm256_or_si256(c, _mm256_and_si256(byte_bit(
-					    _mm256_loadu_si256((const __m256i *)sb), 4 * h + jq),
-					    _mm256_set1_epi8(4)));
-				u[i] = c;
-				ws[i] = _mm256_permutevar8x32_ps(ksc[i][h], idx);
-				if (lmins)
-					wm[i] = _mm256_permutevar8x32_ps(kmn[i][h], idx);
-			} else if (kind == K_Q5_K) {
-				__m256i v = _mm256_loadu_si256((const __m256i *)(sb + 48 +
-				    32 * (m >> 1)));
-				if (m & 1)
-					v = _mm256_srli_epi16(v, 4);
-				v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-				u[i] = _mm256_or_si256(v, _mm256_and_si256(byte_bit(
-				    _mm256_loadu_si256((const __m256i *)(sb + 16)), m),
-				    _mm256_set1_epi8(0x10)));
-				ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
-			} else {
-				__m256i c = _mm256_shuffle_epi8(iq4_book256(),
-				    nibbles32(sb + 8 + 16 * m));
-				sgn[i] = c;
-				u[i] = _mm256_abs_epi8(c);
-				ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
-			}
-		}
-#pragma GCC unroll 4
-		for (j = 0; j < nr; j++) {
-			__m256i	x = _mm256_loadu_si256((const __m256i *)(xq[j] + 32 * b));
-			__m256	d = _mm256_loadu_ps(dl[j] + 8 * b);
-			__m256i	b0 = has_bias || lmins ?
-				    _mm256_loadu_si256((const __m256i *)(bias[j] + 8 * b)) :
-				    _mm256_setzero_si256();
-			__m256	bf = lmins ? _mm256_cvtepi32_ps(b0) : _mm256_setzero_ps();
 
 #pragma GCC unroll 4
 			for (i = 0; i < mr; i++) {
-				__m256i xs = iq4 ? _mm256_sign_epi8(x, sgn[i]) : x;
-				__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], xs),
-				    _mm256_set1_epi16(1));
-				if (has_bias)
-					s = _mm256_add_epi32(s, b0);
-				acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-				    _mm256_mul_ps(ws[i], d), acc[i][j]);
-				if (lmins)
-					acc[i][j] = _mm256_fmadd_ps(bf, _mm256_mul_ps(wm[i], d),
-					    acc[i][j]);
+				if (nr == 1)
+					_mm_prefetch((const char *)row[i] + (k256 ? bb * b / 8 :
+					    bb * b) + PFD, _MM_HINT_T0);
+				if (!k256) {
+					const uint8_t *p = row[i] + bb * b;
+					const int qo = kind == K_Q4_1 ? 4 : kind == K_Q5_0 ? 6 :
+					    kind == K_Q5_1 ? 8 : 2;
+					__m256i c = nibbles32(p + qo);
+					if (kind == K_Q5_0 || kind == K_Q5_1) {
+						uint32_t qh;
+						memcpy(&qh, p + qo - 4, 4);
+						c = _mm256_or_si256(c, _mm256_and_si256(bits_to_bytes(qh),
+						    _mm256_set1_epi8(0x10)));
+					}
+					if (iq4) {
+						c = _mm256_shuffle_epi8(iq4_book256(), c);
+						sgn[i] = c;
+						c = _mm256_abs_epi8(c);
+					}
+					u[i] = c;
+					ws[i] = _mm256_set1_ps(h2f(p));
+					if (bmins)
+						bmin[i][b] = h2f(p + 2);
+					continue;
+				}
+				const uint8_t *sb = row[i] + bb * (b >> 3);
+				if (m == 0) {
+					if (kind == K_Q2_K) {
+						__m128i s8 = _mm_loadu_si128((const __m128i *)sb);
+						__m128i lo = _mm_and_si128(s8, _mm_set1_epi8(15));
+						__m128i hi = _mm_and_si128(_mm_srli_epi16(s8, 4),
+						    _mm_set1_epi8(15));
+						__m256 d = _mm256_set1_ps(h2f(sb + 80));
+						__m256 dm = _mm256_set1_ps(-h2f(sb + 82));
+						ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepu8_epi32(lo)), d);
+						ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d);
+						kmn[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepu8_epi32(hi)), dm);
+						kmn[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), dm);
+					} else if (kind == K_Q3_K) {
+						__m128i s8 = q3k_scales16(sb + 96);
+						__m256 d = _mm256_set1_ps(h2f(sb + 108));
+						ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepi8_epi32(s8)), d);
+						ksc[i][1] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8))), d);
+					} else if (kind == K_Q5_K) {
+						uint64_t sc, mn;
+
+						q4k_scales_fast(sb + 4, &sc, &mn);
+						_mm256_storeu_ps(&bmin[bmins ? i : 0][b],
+						    _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn))),
+						    _mm256_set1_ps(-h2f(sb + 2))));
+						ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc))),
+						    _mm256_set1_ps(h2f(sb)));
+					} else {
+						uint16_t sh;
+						uint32_t sl;
+						int32_t ls[8];
+						int k;
+
+						memcpy(&sh, sb + 2, 2);
+						memcpy(&sl, sb + 4, 4);
+						for (k = 0; k < 8; k++)
+							ls[k] = (int32_t)(((sl >> (4 * k)) & 15) |
+							    ((sh >> (2 * k)) & 3) << 4) - 32;
+						ksc[i][0] = _mm256_mul_ps(_mm256_cvtepi32_ps(
+						    _mm256_loadu_si256((const __m256i *)ls)),
+						    _mm256_set1_ps(h2f(sb)));
+					}
+				}
+				if (kind == K_Q2_K || kind == K_Q3_K) {
+					/* Chunk m: bits 2jq.. of qs[32h + l]; sub-blocks 2m, 2m + 1. */
+					__m256i v = _mm256_loadu_si256((const __m256i *)(sb +
+					    (kind == K_Q2_K ? 16 : 32) + 32 * h));
+					__m256i c = _mm256_and_si256(_mm256_srl_epi16(v,
+					    _mm_cvtsi32_si128(2 * jq)), _mm256_set1_epi8(3));
+					__m256i idx = _mm256_add_epi32(_mm256_set1_epi32(2 * jq),
+					    _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
+					if (kind == K_Q3_K)
+						c = _mm256_or_si256(c, _mm256_and_si256(byte_bit(
+						    _mm256_loadu_si256((const __m256i *)sb), 4 * h + jq),
+						    _mm256_set1_epi8(4)));
+					u[i] = c;
+					ws[i] = _mm256_permutevar8x32_ps(ksc[i][h], idx);
+					if (lmins)
+						wm[i] = _mm256_permutevar8x32_ps(kmn[i][h], idx);
+				} else if (kind == K_Q5_K) {
+					__m256i v = _mm256_loadu_si256((const __m256i *)(sb + 48 +
+					    32 * (m >> 1)));
+					if (m & 1)
+						v = _mm256_srli_epi16(v, 4);
+					v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+					u[i] = _mm256_or_si256(v, _mm256_and_si256(byte_bit(
+					    _mm256_loadu_si256((const __m256i *)(sb + 16)), m),
+					    _mm256_set1_epi8(0x10)));
+					ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
+				} else {
+					__m256i c = _mm256_shuffle_epi8(iq4_book256(),
+					    nibbles32(sb + 8 + 16 * m));
+					sgn[i] = c;
+					u[i] = _mm256_abs_epi8(c);
+					ws[i] = _mm256_permutevar8x32_ps(ksc[i][0], _mm256_set1_epi32(m));
+				}
 			}
-		}
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++) {
+				__m256i	x = _mm256_loadu_si256((const __m256i *)(xq[j] + 32 * b));
+				__m256	d = _mm256_loadu_ps(dl[j] + 8 * b);
+				__m256i	b0 = has_bias || lmins ?
+					    _mm256_loadu_si256((const __m256i *)(bias[j] + 8 * b)) :
+					    _mm256_setzero_si256();
+				__m256	bf = lmins ? _mm256_cvtepi32_ps(b0) : _mm256_setzero_ps();
+
+#pragma GCC unroll 4
+				for (i = 0; i < mr; i++) {
+					__m256i xs = iq4 ? _mm256_sign_epi8(x, sgn[i]) : x;
+					__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], xs),
+					    _mm256_set1_epi16(1));
+					if (has_bias)
+						s = _mm256_add_epi32(s, b0);
+					acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+					    _mm256_mul_ps(ws[i], d), acc[i][j]);
+					if (lmins)
+						acc[i][j] = _mm256_fmadd_ps(bf, _mm256_mul_ps(wm[i], d),
+						    acc[i][j]);
+				}
+			}
+	}
 	}
 #pragma GCC unroll 4
 	for (i = 0; i < mr; i++) {
@@ -494,14 +534,14 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 	}
 }
 
-DISPATCH(avx2_q4_1, ext_tile, K_Q4_1)
-DISPATCH(avx2_q5_0, ext_tile, K_Q5_0)
-DISPATCH(avx2_q5_1, ext_tile, K_Q5_1)
-DISPATCH(avx2_iq4_nl, ext_tile, K_IQ4_NL)
-DISPATCH(avx2_q2_k, ext_tile, K_Q2_K)
-DISPATCH(avx2_q3_k, ext_tile, K_Q3_K)
-DISPATCH(avx2_q5_k, ext_tile, K_Q5_K)
-DISPATCH(avx2_iq4_xs, ext_tile, K_IQ4_XS)
+DISPATCH(avx2_q4_1, ext_tile, K_Q4_1, DMR_INT)
+DISPATCH(avx2_q5_0, ext_tile, K_Q5_0, DMR_INT)
+DISPATCH(avx2_q5_1, ext_tile, K_Q5_1, DMR_INT)
+DISPATCH(avx2_iq4_nl, ext_tile, K_IQ4_NL, DMR_INT)
+DISPATCH(avx2_q2_k, ext_tile, K_Q2_K, DMR_INT)
+DISPATCH(avx2_q3_k, ext_tile, K_Q3_K, DMR_INT)
+DISPATCH(avx2_q5_k, ext_tile, K_Q5_K, DMR_INT)
+DISPATCH(avx2_iq4_xs, ext_tile, K_IQ4_XS, DMR_INT)
 
 /* 8 weights of a float row at column c as f32; past the end reads zeros. */
 AI __m256
@@ -541,8 +581,8 @@ AI void
 float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
     const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
 {
-	__m256		 acc[MR][NR], wv[MR];
-	const uint8_t	*row[MR];
+	__m256		 acc[TMR][NR], wv[TMR];
+	const uint8_t	*row[TMR];
 	const float	*x[NR];
 	int64_t		 c;
 	int		 i, j;
@@ -559,8 +599,12 @@ float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64
 		x[j] = a->x + (size_t)(t0 + j) * cols;
 	for (c = 0; c < cols; c += 8) {
 #pragma GCC unroll 4
-		for (i = 0; i < mr; i++)
+		for (i = 0; i < mr; i++) {
+			if (nr == 1)
+				_mm_prefetch((const char *)row[i] + (type == TT_F32 ? 4 : 2) * c +
+				    PFD, _MM_HINT_T0);
 			wv[i] = load_w(type, row[i], c, cols);
+		}
 #pragma GCC unroll 4
 		for (j = 0; j < nr; j++) {
 			__m256 xv = load_x(x[j], c, cols);
@@ -576,9 +620,9 @@ float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64
 			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum256(acc[i][j]);
 }
 
-DISPATCH(avx2_f32, float_tile, TT_F32)
-DISPATCH(avx2_f16, float_tile, TT_F16)
-DISPATCH(avx2_bf16, float_tile, TT_BF16)
+DISPATCH(avx2_f32, float_tile, TT_F32, DMR)
+DISPATCH(avx2_f16, float_tile, TT_F16, DMR)
+DISPATCH(avx2_bf16, float_tile, TT_BF16, DMR)
 
 /*
  * quant_act_fill with AVX2 for the natural layout: the same arithmetic
@@ -658,7 +702,7 @@ avx2_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 struct quant_kernel
 quant_kernel_avx2(uint32_t type)
 {
-	struct quant_kernel	k = { .mr = MR, .nr = NR, .layout = ACT_NATURAL,
+	struct quant_kernel	k = { .mr = MR, .nr = NR, .dmr = DMR, .layout = ACT_NATURAL,
 	    .fill = quant_act_fill };
 
 	switch (type) {

@@ -168,21 +168,6 @@ unpack_q6_k(const uint8_t *sb, int j)
 	return (_mm512_ternarylogic_epi32(lo, top, _mm512_set1_epi8(0x30), 0xf8));
 }
 
-/* The eight 6-bit scales and mins of a Q4_K super-block, as bytes. */
-AI void
-q4k_scales_fast(const uint8_t *p, uint64_t *sc, uint64_t *mn)
-{
-	uint32_t	w0, w1, w2;
-
-	memcpy(&w0, p, 4);
-	memcpy(&w1, p + 4, 4);
-	memcpy(&w2, p + 8, 4);
-	*sc = (w0 & 0x3f3f3f3f) | (uint64_t)((w2 & 0x0f0f0f0f) |
-	    ((w0 >> 2) & 0x30303030)) << 32;
-	*mn = (w1 & 0x3f3f3f3f) | (uint64_t)(((w2 >> 4) & 0x0f0f0f0f) |
-	    ((w1 >> 2) & 0x30303030)) << 32;
-}
-
 /* Horizontal sum in a fixed order. */
 AI float
 hsum512(__m512 v)
