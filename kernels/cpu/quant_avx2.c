@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "pack_avx2.h"
 #include "quant.h"
 #include "tensor_type.h"
 
@@ -27,11 +28,6 @@
  */
 #define DMR	4
 #define DMR_INT	2
-/*
- * Bytes ahead of a single token's weight streams to prefetch: the hardware
- * prefetcher alone leaves the loads waiting on memory.
- */
-#define PFD	8192
 /* Rows the tile arrays are sized for. */
 #define TMR	(MR > DMR ? MR : DMR)
 
@@ -124,7 +120,7 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 			for (i = 0; i < mr; i++) {
 				if (nr == 1)
 					_mm_prefetch((const char *)row[i] + (kind == K_Q4_0 ? 18 * b :
-					    kind == K_Q8_0 ? 34 * b : kind == K_Q4_K ? 18 * b : 26 * b) + PFD,
+					    kind == K_Q8_0 ? 34 * b : kind == K_Q4_K ? 18 * b : 26 * b) + AVX2_PF_DECODE,
 					    _MM_HINT_T0);
 				if (kind == K_Q4_0) {
 					const uint8_t *p = row[i] + 18 * b;
@@ -379,7 +375,7 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 			for (i = 0; i < mr; i++) {
 				if (nr == 1)
 					_mm_prefetch((const char *)row[i] + (k256 ? bb * b / 8 :
-					    bb * b) + PFD, _MM_HINT_T0);
+					    bb * b) + AVX2_PF_DECODE, _MM_HINT_T0);
 				if (!k256) {
 					const uint8_t *p = row[i] + bb * b;
 					const int qo = kind == K_Q4_1 ? 4 : kind == K_Q5_0 ? 6 :
@@ -602,7 +598,7 @@ float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64
 		for (i = 0; i < mr; i++) {
 			if (nr == 1)
 				_mm_prefetch((const char *)row[i] + (type == TT_F32 ? 4 : 2) * c +
-				    PFD, _MM_HINT_T0);
+				    AVX2_PF_DECODE, _MM_HINT_T0);
 			wv[i] = load_w(type, row[i], c, cols);
 		}
 #pragma GCC unroll 4
@@ -726,6 +722,12 @@ quant_kernel_avx2(uint32_t type)
 	case TT_Q4_K:
 		k.fn = avx2_q4_k;
 		k.fill = avx2_act_fill;
+		k.pack = avx2_q4_k_pack;
+		k.pfn = avx2_q4_k_packed;
+		k.pmr = PACK2_MR;
+		k.pnr = PACK2_NR;
+		k.playout = ACT_NATURAL;
+		k.pfill = avx2_act_fill;
 		break;
 	case TT_Q6_K:
 		k.fn = avx2_q6_k;

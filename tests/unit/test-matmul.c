@@ -126,13 +126,16 @@ out:
 }
 
 /*
- * A type repacked at load by the AVX-512 kernels: the copy is made and
- * stays about the file's size, and its products equal those on the mapped
- * rows up to float rounding (both sum the same integers per sub-block).
+ * A type repacked at load by the variant's kernels (the one quant_force_isa
+ * chose): the copy is made and stays about the file's size, and its
+ * products equal those on the mapped rows up to float rounding (both sum
+ * the same integers per sub-block).
  */
 static void
-test_packed_vs_mapped(struct threadpool *pool, uint32_t type, int64_t rows, int64_t cols)
+test_packed_vs_mapped(struct threadpool *pool, int isa, uint32_t type, int64_t rows,
+    int64_t cols)
 {
+	const char	*in = quant_isa_name(isa);
 	const struct tensor_type_info *ti = tensor_type_get(type);
 	const int	 n = 37;
 	size_t		 rb = tensor_row_bytes(ti, cols), k;
@@ -157,15 +160,15 @@ test_packed_vs_mapped(struct threadpool *pool, uint32_t type, int64_t rows, int6
 	quant_allow_pack(0);
 	mm = qmat_create(type, rows, cols, w, &cause);
 	quant_allow_pack(1);
-	if (!ok(mp != NULL && mm != NULL, "avx512 %s %lldx%lld: qmat_create", ti->name,
+	if (!ok(mp != NULL && mm != NULL, "%s %s %lldx%lld: qmat_create", in, ti->name,
 	    (long long)rows, (long long)cols))
 		goto out;
 	ok(qmat_packed_bytes(mp) > 0 && qmat_packed_bytes(mm) == 0,
-	    "avx512 %s %lldx%lld: repacked at load", ti->name, (long long)rows,
+	    "%s %s %lldx%lld: repacked at load", in, ti->name, (long long)rows,
 	    (long long)cols);
 	ok(qmat_packed_bytes(mp) <= (size_t)(groups * 16 * rb * 1.04),
-	    "avx512 %s %lldx%lld: repacked copy %zu bytes, within 4%% of %lld rows",
-	    ti->name, (long long)rows, (long long)cols, qmat_packed_bytes(mp),
+	    "%s %s %lldx%lld: repacked copy %zu bytes, within 4%% of %lld rows",
+	    in, ti->name, (long long)rows, (long long)cols, qmat_packed_bytes(mp),
 	    (long long)(groups * 16));
 	qmat_mul(pool, mp, x, n, yp, rows);
 	qmat_mul(pool, mm, x, n, ym, rows);
@@ -183,8 +186,8 @@ test_packed_vs_mapped(struct threadpool *pool, uint32_t type, int64_t rows, int6
 			if (sabs > 0 && d / sabs > worst)
 				worst = d / sabs;
 		}
-	ok(bad == 0, "avx512 %s %lldx%lld: packed equals mapped within 2e-6 of sum |w x| "
-	    "(worst %.2g)", ti->name, (long long)rows, (long long)cols, worst);
+	ok(bad == 0, "%s %s %lldx%lld: packed equals mapped within 2e-6 of sum |w x| "
+	    "(worst %.2g)", in, ti->name, (long long)rows, (long long)cols, worst);
 out:
 	qmat_free(mp);
 	qmat_free(mm);
@@ -299,8 +302,34 @@ main(void)
 
 			if (bl == 1)
 				continue;
-			test_packed_vs_mapped(pool, ktu_types[i], 40, bl == 256 ? 768 : 160);
-			test_packed_vs_mapped(pool, ktu_types[i], 16, 256);
+			test_packed_vs_mapped(pool, QUANT_ISA_AVX512, ktu_types[i], 40,
+			    bl == 256 ? 768 : 160);
+			test_packed_vs_mapped(pool, QUANT_ISA_AVX512, ktu_types[i], 16, 256);
+		}
+	}
+	/*
+	 * The AVX2 kernels repack fewer types: those (qmat_packed_bytes says
+	 * which) on the mapped rows too, and packed against mapped.
+	 */
+	if (quant_force_isa(QUANT_ISA_AVX2) == 0) {
+		for (i = 0; i < KTU_NTYPES; i++) {
+			const struct tensor_type_info *ti = tensor_type_get(ktu_types[i]);
+			void	*zw = calloc(16, tensor_row_bytes(ti, 256));
+
+			m = qmat_create(ktu_types[i], 16, 256, zw, &cause);
+			j = m != NULL && qmat_packed_bytes(m) > 0;
+			qmat_free(m);
+			free(zw);
+			if (!j)
+				continue;
+			diag("avx2 %s on the mapped rows (no repacking)", ti->name);
+			quant_allow_pack(0);
+			for (j = 0; j < sizeof rowcounts / sizeof rowcounts[0]; j++)
+				test_shape(pool, QUANT_ISA_AVX2, ktu_types[i], rowcounts[j],
+				    j == 2 ? 768 : 512);
+			quant_allow_pack(1);
+			test_packed_vs_mapped(pool, QUANT_ISA_AVX2, ktu_types[i], 40, 768);
+			test_packed_vs_mapped(pool, QUANT_ISA_AVX2, ktu_types[i], 13, 256);
 		}
 	}
 	/* bf16 dot products for the float types, where the CPU has them. */

@@ -1,0 +1,224 @@
+/*
+ * pack_avx2.c: AVX2 kernels on Q4_K weights repacked at load.
+ *
+ * The natural layout spends a vpmaddwd, a conversion and two float
+ * operations on every 32 products of a row and a token.  Here a vector
+ * lane is a row: eight rows' codes are interleaved four bytes at a time,
+ * so the 16-bit products of a whole 32-element sub-block add up in
+ * vpaddw (at most 8 x 2 x 15 x 127 = 30480, no overflow) and the float
+ * work is done once per sub-block for eight rows.  Built with AVX2
+ * enabled; only reached after quant_isa_supported() checked the CPU.
+ */
+#include "config.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "pack_avx2.h"
+#include "quant.h"
+
+#define AI	static inline __attribute__((always_inline))
+
+/* Rows of a group: one per lane of a vector of eight. */
+#define PG	8
+
+/*
+ * Repacked Q4_K: per 256-element super-block of an 8-row group, the rows'
+ * d and dmin (halves, 16 bytes each), the eight 6-bit sub-block scales
+ * and mins as bytes (sc[8][8], mn[8][8]), then for each sub-block pair h
+ * the eight vectors k whose lane i is bytes 32h+4k..32h+4k+3 of row i's
+ * codes: low nibbles are elements 4k.. of sub-block 2h, high nibbles of
+ * sub-block 2h+1.  Per sub-block, acc = fma(f32(sum u * q), d * sc *
+ * token scale, acc) then acc -= dmin * mn * (token scale * sum q).
+ */
+#define K4HDR	(32 + 128)
+#define K4BLK	(K4HDR + 1024)
+
+/* Copy Q4_K rows into the packed layout (or only size it). */
+size_t
+avx2_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
+	int64_t		g, b, r;
+	int		i, k, h, e;
+	uint8_t		sc[8], mn[8];
+
+	if (dst == NULL)
+		return ((size_t)(ng * nsb * K4BLK));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nsb; b++) {
+			uint8_t *o = dst + (size_t)(g * nsb + b) * K4BLK;
+
+			memset(o, 0, K4BLK);
+			for (i = 0; i < PG; i++) {
+				const uint8_t *sb;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				sb = w + (size_t)r * rb + (size_t)b * 144;
+				memcpy(o + 2 * i, sb, 2);
+				memcpy(o + 16 + 2 * i, sb + 2, 2);
+				q4k_scales(sb + 4, sc, mn);
+				for (k = 0; k < 8; k++) {
+					o[32 + 8 * k + i] = sc[k];
+					o[96 + 8 * k + i] = mn[k];
+				}
+				for (h = 0; h < 4; h++)
+					for (k = 0; k < 8; k++)
+						for (e = 0; e < 4; e++)
+							o[K4HDR + 256 * h + 32 * k + 4 * i + e] =
+							    sb[16 + 32 * h + 4 * k + e];
+			}
+		}
+	}
+	return ((size_t)(ng * nsb * K4BLK));
+}
+
+/* Eight floats of a group's outputs; only the first n (1..8) are stored. */
+AI void
+store_rows(float *y, __m256 v, int n)
+{
+	if (n >= PG)
+		_mm256_storeu_ps(y, v);
+	else
+		_mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+		    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+}
+
+/* One packed Q4_K tile: mg groups of 8 rows by nr tokens (compile-time). */
+AI void
+q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nsb = cols / 256, stride = a->stride;
+	const size_t	 gstride = (size_t)nsb * K4BLK;
+	const __m256i	 low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+	const uint8_t	*gp[2];
+	const int8_t	*xq[PACK2_NR];
+	const float	*xd[PACK2_NR], *xs[PACK2_NR];
+	__m256		 acc[2][PACK2_NR];
+	int64_t		 b;
+	int		 g, j, k, sub;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm256_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xs[j] = a->s + (size_t)(t0 + j) * (stride / 32);
+	}
+	for (b = 0; b < nsb; b++) {
+		__m256	dd[2], dm[2];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
+
+			if (nr == 1)
+				for (k = 0; k < K4BLK; k += 64)
+					_mm_prefetch((const char *)p + AVX2_PF_DECODE + k,
+					    _MM_HINT_T0);
+			dd[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+			dm[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+		}
+#pragma GCC unroll 8
+		for (sub = 0; sub < 8; sub++) {
+			const int64_t	 e = 256 * b + 32 * sub;
+			__m256i		 is[2][PACK2_NR];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++)
+#pragma GCC unroll 4
+				for (j = 0; j < nr; j++)
+					is[g][j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+			for (k = 0; k < 8; k++) {
+				__m256i	u[2];
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					__m256i v = _mm256_loadu_si256((const __m256i *)(gp[g] +
+					    (size_t)b * K4BLK + K4HDR + 256 * (sub >> 1) + 32 * k));
+					if (sub & 1)
+						v = _mm256_srli_epi16(v, 4);
+					u[g] = _mm256_and_si256(v, low);
+				}
+#pragma GCC unroll 4
+				for (j = 0; j < nr; j++) {
+					int32_t	q4;
+					__m256i	x;
+
+					memcpy(&q4, xq[j] + e + 4 * k, 4);
+					x = _mm256_set1_epi32(q4);
+#pragma GCC unroll 2
+					for (g = 0; g < mg; g++)
+						is[g][j] = _mm256_add_epi16(is[g][j],
+						    _mm256_maddubs_epi16(u[g], x));
+				}
+			}
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				const uint8_t *p = gp[g] + (size_t)b * K4BLK;
+				__m256 ws = _mm256_mul_ps(dd[g], _mm256_cvtepi32_ps(
+				    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)
+				    (p + 32 + 8 * sub)))));
+				__m256 wm = _mm256_mul_ps(dm[g], _mm256_cvtepi32_ps(
+				    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)
+				    (p + 96 + 8 * sub)))));
+
+#pragma GCC unroll 4
+				for (j = 0; j < nr; j++) {
+					__m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(is[g][j],
+					    ones));
+
+					acc[g][j] = _mm256_fmadd_ps(s, _mm256_mul_ps(ws,
+					    _mm256_set1_ps(xd[j][e / 32])), acc[g][j]);
+					acc[g][j] = _mm256_fnmadd_ps(wm,
+					    _mm256_set1_ps(xs[j][e / 32]), acc[g][j]);
+				}
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++)
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
+			    mr - PG * g);
+}
+
+/*
+ * The packed Q4_K tile shapes: a single token takes both groups at once
+ * (two chains in flight, one pass over the activations); more tokens go
+ * a group at a time, which leaves registers for four of them.
+ */
+void
+avx2_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	int	g;
+
+	if (nr == 1) {
+		if (mr > PG)
+			q4k_tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy);
+		else
+			q4k_tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy);
+		return;
+	}
+	for (g = 0; PG * g < mr; g++) {
+		int64_t	r = r0 + PG * g;
+		int	n = mr - PG * g;
+
+		switch (nr) {
+		case 2: q4k_tile(pw, cols, r, 1, n, a, t0, 2, y, ldy); break;
+		case 3: q4k_tile(pw, cols, r, 1, n, a, t0, 3, y, ldy); break;
+		default: q4k_tile(pw, cols, r, 1, n, a, t0, 4, y, ldy); break;
+		}
+	}
+}
