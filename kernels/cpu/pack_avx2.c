@@ -1,12 +1,12 @@
 /*
- * pack_avx2.c: AVX2 kernels on Q4_K weights repacked at load.
+ * pack_avx2.c: AVX2 kernels on Q4_0 and Q4_K weights repacked at load.
  *
  * The natural layout spends a vpmaddwd, a conversion and two float
  * operations on every 32 products of a row and a token.  Here a vector
  * lane is a row: eight rows' codes are interleaved four bytes at a time,
- * so the 16-bit products of a whole 32-element sub-block add up in
- * vpaddw (at most 8 x 2 x 15 x 127 = 30480, no overflow) and the float
- * work is done once per sub-block for eight rows.  Built with AVX2
+ * so the 16-bit products of a whole 32-element block add up in vpaddw
+ * (at most 8 x 2 x 15 x 127 = 30480, no overflow) and the float work is
+ * done once per block for eight rows.  Built with AVX2
  * enabled; only reached after quant_isa_supported() checked the CPU.
  */
 #include "config.h"
@@ -74,6 +74,46 @@ avx2_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t 
 	return ((size_t)(ng * nsb * K4BLK));
 }
 
+/*
+ * Repacked Q4_0: per 32-element block of an 8-row group, the rows' d
+ * (halves, 16 bytes), then the four vectors k whose lane i is bytes
+ * 4k..4k+3 of row i's codes: low nibbles are elements 4k.., high nibbles
+ * elements 16+4k...  Per block, acc = fma(f32(sum u * q), d * token
+ * scale, acc) then acc -= 8 d * (token scale * sum q): the codes' offset.
+ */
+#define Q4HDR	16
+#define Q4BLK	(Q4HDR + 128)
+
+/* Copy Q4_0 rows into the packed layout (or only size it). */
+size_t
+avx2_q4_0_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	const int64_t	nb = cols / 32, ng = (rows + PG - 1) / PG;
+	int64_t		g, b, r;
+	int		i, k;
+
+	if (dst == NULL)
+		return ((size_t)(ng * nb * Q4BLK));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nb; b++) {
+			uint8_t *o = dst + (size_t)(g * nb + b) * Q4BLK;
+
+			memset(o, 0, Q4BLK);
+			for (i = 0; i < PG; i++) {
+				const uint8_t *blk;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				blk = w + (size_t)r * rb + (size_t)b * 18;
+				memcpy(o + 2 * i, blk, 2);
+				for (k = 0; k < 4; k++)
+					memcpy(o + Q4HDR + 32 * k + 4 * i, blk + 2 + 4 * k, 4);
+			}
+		}
+	}
+	return ((size_t)(ng * nb * Q4BLK));
+}
+
 /* Eight floats of a group's outputs; only the first n (1..8) are stored. */
 AI void
 store_rows(float *y, __m256 v, int n)
@@ -83,6 +123,101 @@ store_rows(float *y, __m256 v, int n)
 	else
 		_mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
 		    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+}
+
+/* One packed Q4_0 tile: mg groups of 8 rows by nr tokens (compile-time). */
+AI void
+q40_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nb = cols / 32, stride = a->stride;
+	const size_t	 gstride = (size_t)nb * Q4BLK;
+	const __m256i	 low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+	const uint8_t	*gp[2];
+	const int8_t	*xq[PACK2_NR];
+	const float	*xd[PACK2_NR], *xs[PACK2_NR];
+	__m256		 acc[2][PACK2_NR];
+	int64_t		 b;
+	int		 g, j, k, hi;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm256_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xs[j] = a->s + (size_t)(t0 + j) * (stride / 32);
+	}
+	for (b = 0; b < nb; b++) {
+		__m256i	is[2][PACK2_NR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			if (nr == 1)
+				_mm_prefetch((const char *)gp[g] + (size_t)b * Q4BLK +
+				    AVX2_PF_DECODE, _MM_HINT_T0);
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++)
+				is[g][j] = _mm256_setzero_si256();
+		}
+#pragma GCC unroll 4
+		for (k = 0; k < 4; k++) {
+			__m256i	v[2];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++)
+				v[g] = _mm256_loadu_si256((const __m256i *)(gp[g] +
+				    (size_t)b * Q4BLK + Q4HDR + 32 * k));
+#pragma GCC unroll 2
+			for (hi = 0; hi < 2; hi++) {
+				__m256i	u[2];
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+					u[g] = _mm256_and_si256(hi ? _mm256_srli_epi16(v[g], 4) :
+					    v[g], low);
+#pragma GCC unroll 4
+				for (j = 0; j < nr; j++) {
+					int32_t	q4;
+					__m256i	x;
+
+					memcpy(&q4, xq[j] + 32 * b + 16 * hi + 4 * k, 4);
+					x = _mm256_set1_epi32(q4);
+#pragma GCC unroll 2
+					for (g = 0; g < mg; g++)
+						is[g][j] = _mm256_add_epi16(is[g][j],
+						    _mm256_maddubs_epi16(u[g], x));
+				}
+			}
+		}
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * Q4BLK;
+			__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+			__m256 w8 = _mm256_mul_ps(ws, _mm256_set1_ps(8.0f));
+
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++) {
+				__m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(is[g][j], ones));
+
+				acc[g][j] = _mm256_fmadd_ps(s, _mm256_mul_ps(ws,
+				    _mm256_set1_ps(xd[j][b])), acc[g][j]);
+				acc[g][j] = _mm256_fnmadd_ps(w8, _mm256_set1_ps(xs[j][b]),
+				    acc[g][j]);
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++)
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
+			    mr - PG * g);
 }
 
 /* One packed Q4_K tile: mg groups of 8 rows by nr tokens (compile-time). */
@@ -194,31 +329,35 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 }
 
 /*
- * The packed Q4_K tile shapes: a single token takes both groups at once
- * (two chains in flight, one pass over the activations); more tokens go
- * a group at a time, which leaves registers for four of them.
+ * The packed tile shapes: a single token takes both groups at once (two
+ * chains in flight, one pass over the activations); more tokens go a
+ * group at a time, which leaves registers for four of them.
  */
-void
-avx2_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
-    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
-{
-	int	g;
-
-	if (nr == 1) {
-		if (mr > PG)
-			q4k_tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy);
-		else
-			q4k_tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy);
-		return;
-	}
-	for (g = 0; PG * g < mr; g++) {
-		int64_t	r = r0 + PG * g;
-		int	n = mr - PG * g;
-
-		switch (nr) {
-		case 2: q4k_tile(pw, cols, r, 1, n, a, t0, 2, y, ldy); break;
-		case 3: q4k_tile(pw, cols, r, 1, n, a, t0, 3, y, ldy); break;
-		default: q4k_tile(pw, cols, r, 1, n, a, t0, 4, y, ldy); break;
-		}
-	}
+#define PACKED_SHAPES(fn, tile)						\
+void									\
+fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
+{									\
+	int	g;							\
+									\
+	if (nr == 1) {							\
+		if (mr > PG)						\
+			tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy);	\
+		else							\
+			tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy);	\
+		return;							\
+	}								\
+	for (g = 0; PG * g < mr; g++) {					\
+		int64_t	r = r0 + PG * g;				\
+		int	n = mr - PG * g;				\
+									\
+		switch (nr) {						\
+		case 2: tile(pw, cols, r, 1, n, a, t0, 2, y, ldy); break; \
+		case 3: tile(pw, cols, r, 1, n, a, t0, 3, y, ldy); break; \
+		default: tile(pw, cols, r, 1, n, a, t0, 4, y, ldy); break; \
+		}							\
+	}								\
 }
+
+PACKED_SHAPES(avx2_q4_0_packed, q40_tile)
+PACKED_SHAPES(avx2_q4_k_packed, q4k_tile)

@@ -714,6 +714,8 @@ quant_kernel_avx2(uint32_t type)
 	case TT_Q4_0:
 		k.fn = avx2_q4_0;
 		k.fill = avx2_act_fill;
+		k.pack = avx2_q4_0_pack;
+		k.pfn = avx2_q4_0_packed;
 		break;
 	case TT_Q8_0:
 		k.fn = avx2_q8_0;
@@ -724,10 +726,6 @@ quant_kernel_avx2(uint32_t type)
 		k.fill = avx2_act_fill;
 		k.pack = avx2_q4_k_pack;
 		k.pfn = avx2_q4_k_packed;
-		k.pmr = PACK2_MR;
-		k.pnr = PACK2_NR;
-		k.playout = ACT_NATURAL;
-		k.pfill = avx2_act_fill;
 		break;
 	case TT_Q6_K:
 		k.fn = avx2_q6_k;
@@ -741,6 +739,12 @@ quant_kernel_avx2(uint32_t type)
 	case TT_Q3_K: k.fn = avx2_q3_k; k.fill = avx2_act_fill; break;
 	case TT_Q5_K: k.fn = avx2_q5_k; k.fill = avx2_act_fill; break;
 	case TT_IQ4_XS: k.fn = avx2_iq4_xs; k.fill = avx2_act_fill; break;
+	}
+	if (k.pack != NULL) {
+		k.pmr = PACK2_MR;
+		k.pnr = PACK2_NR;
+		k.playout = ACT_NATURAL;
+		k.pfill = avx2_act_fill;
 	}
 	return (k);
 }
