@@ -1,12 +1,13 @@
 /*
- * pack_avx2.c: AVX2 kernels on Q4_0 and Q4_K weights repacked at load.
+ * pack_avx2.c: AVX2 kernels on Q4_0, Q8_0 and Q4_K weights repacked at load.
  *
  * The natural layout spends a vpmaddwd, a conversion and two float
  * operations on every 32 products of a row and a token.  Here a vector
  * lane is a row: eight rows' codes are interleaved four bytes at a time,
  * so the 16-bit products of a whole 32-element block add up in vpaddw
  * (at most 8 x 2 x 15 x 127 = 30480, no overflow) and the float work is
- * done once per block for eight rows.  Built with AVX2
+ * done once per block for eight rows (Q8_0's products, up to 2 x 127 x
+ * 127, need vpmaddwd at each step).  Built with AVX2
  * enabled; only reached after quant_isa_supported() checked the CPU.
  */
 #include "config.h"
@@ -114,6 +115,46 @@ avx2_q4_0_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t 
 	return ((size_t)(ng * nb * Q4BLK));
 }
 
+/*
+ * Repacked Q8_0: per 32-element block of an 8-row group, the rows' d
+ * (halves, 16 bytes), then the eight vectors k whose lane i is bytes
+ * 4k..4k+3 of row i's codes.  Per block, acc = fma(f32(sum w * q), d *
+ * token scale, acc); the codes go as |w| with the sign moved onto the
+ * activations.
+ */
+#define Q8HDR	16
+#define Q8BLK	(Q8HDR + 256)
+
+/* Copy Q8_0 rows into the packed layout (or only size it). */
+size_t
+avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	const int64_t	nb = cols / 32, ng = (rows + PG - 1) / PG;
+	int64_t		g, b, r;
+	int		i, k;
+
+	if (dst == NULL)
+		return ((size_t)(ng * nb * Q8BLK));
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nb; b++) {
+			uint8_t *o = dst + (size_t)(g * nb + b) * Q8BLK;
+
+			memset(o, 0, Q8BLK);
+			for (i = 0; i < PG; i++) {
+				const uint8_t *blk;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				blk = w + (size_t)r * rb + (size_t)b * 34;
+				memcpy(o + 2 * i, blk, 2);
+				for (k = 0; k < 8; k++)
+					memcpy(o + Q8HDR + 32 * k + 4 * i, blk + 2 + 4 * k, 4);
+			}
+		}
+	}
+	return ((size_t)(ng * nb * Q8BLK));
+}
+
 /* Eight floats of a group's outputs; only the first n (1..8) are stored. */
 AI void
 store_rows(float *y, __m256 v, int n)
@@ -210,6 +251,89 @@ q40_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 				acc[g][j] = _mm256_fnmadd_ps(w8, _mm256_set1_ps(xs[j][b]),
 				    acc[g][j]);
 			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++)
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
+			    mr - PG * g);
+}
+
+/* One packed Q8_0 tile: mg groups of 8 rows by nr tokens (compile-time). */
+AI void
+q80_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nb = cols / 32, stride = a->stride;
+	const size_t	 gstride = (size_t)nb * Q8BLK;
+	const __m256i	 ones = _mm256_set1_epi16(1);
+	const uint8_t	*gp[2];
+	const int8_t	*xq[PACK2_NR];
+	const float	*xd[PACK2_NR];
+	__m256		 acc[2][PACK2_NR];
+	int64_t		 b;
+	int		 g, j, k;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm256_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+	}
+	for (b = 0; b < nb; b++) {
+		__m256i	is[2][PACK2_NR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			if (nr == 1)
+				for (k = 0; k < Q8BLK; k += 64)
+					_mm_prefetch((const char *)gp[g] + (size_t)b * Q8BLK +
+					    AVX2_PF_DECODE + k, _MM_HINT_T0);
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++)
+				is[g][j] = _mm256_setzero_si256();
+		}
+#pragma GCC unroll 8
+		for (k = 0; k < 8; k++) {
+			__m256i	v[2], u[2];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				v[g] = _mm256_loadu_si256((const __m256i *)(gp[g] +
+				    (size_t)b * Q8BLK + Q8HDR + 32 * k));
+				u[g] = _mm256_abs_epi8(v[g]);
+			}
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++) {
+				int32_t	q4;
+				__m256i	x;
+
+				memcpy(&q4, xq[j] + 32 * b + 4 * k, 4);
+				x = _mm256_set1_epi32(q4);
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+					is[g][j] = _mm256_add_epi32(is[g][j], _mm256_madd_epi16(
+					    _mm256_maddubs_epi16(u[g], _mm256_sign_epi8(x, v[g])),
+					    ones));
+			}
+		}
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] +
+			    (size_t)b * Q8BLK)));
+
+#pragma GCC unroll 4
+			for (j = 0; j < nr; j++)
+				acc[g][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][j]),
+				    _mm256_mul_ps(ws, _mm256_set1_ps(xd[j][b])), acc[g][j]);
 		}
 	}
 #pragma GCC unroll 2
@@ -360,4 +484,5 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
 }
 
 PACKED_SHAPES(avx2_q4_0_packed, q40_tile)
+PACKED_SHAPES(avx2_q8_0_packed, q80_tile)
 PACKED_SHAPES(avx2_q4_k_packed, q4k_tile)

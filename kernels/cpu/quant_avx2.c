@@ -720,6 +720,8 @@ quant_kernel_avx2(uint32_t type)
 	case TT_Q8_0:
 		k.fn = avx2_q8_0;
 		k.fill = avx2_act_fill;
+		k.pack = avx2_q8_0_pack;
+		k.pfn = avx2_q8_0_packed;
 		break;
 	case TT_Q4_K:
 		k.fn = avx2_q4_k;
