@@ -20,6 +20,8 @@
 
 #define MR	2
 #define NR	3
+/* Rows of a float type's tile: its steps are one FMA per row and token. */
+#define FMR	4
 /*
  * Rows a single-token tile walks together, for the float types (DMR) and
  * the integer ones (DMR_INT): a chain of FMAs on one accumulator would
@@ -29,7 +31,7 @@
 #define DMR	4
 #define DMR_INT	2
 /* Rows the tile arrays are sized for. */
-#define TMR	(MR > DMR ? MR : DMR)
+#define TMR	(MR > DMR ? (MR > FMR ? MR : FMR) : (DMR > FMR ? DMR : FMR))
 
 #define AI	static inline __attribute__((always_inline))
 
@@ -221,7 +223,7 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
  * time, so several accumulator chains are in flight; rows short of a full
  * tile go one at a time.
  */
-#define DISPATCH(fn, tile, kind, dmr)				\
+#define DISPATCH(fn, tile, kind, dmr, tmr)			\
 static void								\
 fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
@@ -235,11 +237,11 @@ fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
 			tile(kind, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); \
 		return;							\
 	}								\
-	for (; i + MR <= mr; i += MR) {					\
+	for (; i + (tmr) <= mr; i += (tmr)) {				\
 		if (nr == 2)						\
-			tile(kind, w, rb, cols, r0 + i, MR, a, t0, 2, y, ldy); \
+			tile(kind, w, rb, cols, r0 + i, tmr, a, t0, 2, y, ldy); \
 		else							\
-			tile(kind, w, rb, cols, r0 + i, MR, a, t0, 3, y, ldy); \
+			tile(kind, w, rb, cols, r0 + i, tmr, a, t0, 3, y, ldy); \
 	}								\
 	for (; i < mr; i++) {						\
 		if (nr == 2)						\
@@ -249,10 +251,10 @@ fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
 	}								\
 }
 
-DISPATCH(avx2_q4_0, int_tile, K_Q4_0, DMR_INT)
-DISPATCH(avx2_q8_0, int_tile, K_Q8_0, DMR_INT)
-DISPATCH(avx2_q4_k, int_tile, K_Q4_K, DMR_INT)
-DISPATCH(avx2_q6_k, int_tile, K_Q6_K, DMR_INT)
+DISPATCH(avx2_q4_0, int_tile, K_Q4_0, DMR_INT, MR)
+DISPATCH(avx2_q8_0, int_tile, K_Q8_0, DMR_INT, MR)
+DISPATCH(avx2_q4_k, int_tile, K_Q4_K, DMR_INT, MR)
+DISPATCH(avx2_q6_k, int_tile, K_Q6_K, DMR_INT, MR)
 
 /*
  * The types added after the first seven (ext_tile), a block of 32 (or an
@@ -530,14 +532,14 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 	}
 }
 
-DISPATCH(avx2_q4_1, ext_tile, K_Q4_1, DMR_INT)
-DISPATCH(avx2_q5_0, ext_tile, K_Q5_0, DMR_INT)
-DISPATCH(avx2_q5_1, ext_tile, K_Q5_1, DMR_INT)
-DISPATCH(avx2_iq4_nl, ext_tile, K_IQ4_NL, DMR_INT)
-DISPATCH(avx2_q2_k, ext_tile, K_Q2_K, DMR_INT)
-DISPATCH(avx2_q3_k, ext_tile, K_Q3_K, DMR_INT)
-DISPATCH(avx2_q5_k, ext_tile, K_Q5_K, DMR_INT)
-DISPATCH(avx2_iq4_xs, ext_tile, K_IQ4_XS, DMR_INT)
+DISPATCH(avx2_q4_1, ext_tile, K_Q4_1, DMR_INT, MR)
+DISPATCH(avx2_q5_0, ext_tile, K_Q5_0, DMR_INT, MR)
+DISPATCH(avx2_q5_1, ext_tile, K_Q5_1, DMR_INT, MR)
+DISPATCH(avx2_iq4_nl, ext_tile, K_IQ4_NL, DMR_INT, MR)
+DISPATCH(avx2_q2_k, ext_tile, K_Q2_K, DMR_INT, MR)
+DISPATCH(avx2_q3_k, ext_tile, K_Q3_K, DMR_INT, MR)
+DISPATCH(avx2_q5_k, ext_tile, K_Q5_K, DMR_INT, MR)
+DISPATCH(avx2_iq4_xs, ext_tile, K_IQ4_XS, DMR_INT, MR)
 
 /* 8 weights of a float row at column c as f32; past the end reads zeros. */
 AI __m256
@@ -577,7 +579,7 @@ AI void
 float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
     const int mr, const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
 {
-	__m256		 acc[TMR][NR], wv[TMR];
+	__m256		 acc[TMR][NR];
 	const uint8_t	*row[TMR];
 	const float	*x[NR];
 	int64_t		 c;
@@ -594,19 +596,22 @@ float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64
 	for (j = 0; j < nr; j++)
 		x[j] = a->x + (size_t)(t0 + j) * cols;
 	for (c = 0; c < cols; c += 8) {
+		__m256	xv[NR];
+
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			xv[j] = load_x(x[j], c, cols);
 #pragma GCC unroll 4
 		for (i = 0; i < mr; i++) {
+			__m256	wv;
+
 			if (nr == 1)
 				_mm_prefetch((const char *)row[i] + (type == TT_F32 ? 4 : 2) * c +
 				    AVX2_PF_DECODE, _MM_HINT_T0);
-			wv[i] = load_w(type, row[i], c, cols);
-		}
+			wv = load_w(type, row[i], c, cols);
 #pragma GCC unroll 4
-		for (j = 0; j < nr; j++) {
-			__m256 xv = load_x(x[j], c, cols);
-#pragma GCC unroll 4
-			for (i = 0; i < mr; i++)
-				acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+			for (j = 0; j < nr; j++)
+				acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
 		}
 	}
 #pragma GCC unroll 4
@@ -616,9 +621,9 @@ float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64
 			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum256(acc[i][j]);
 }
 
-DISPATCH(avx2_f32, float_tile, TT_F32, DMR)
-DISPATCH(avx2_f16, float_tile, TT_F16, DMR)
-DISPATCH(avx2_bf16, float_tile, TT_BF16, DMR)
+DISPATCH(avx2_f32, float_tile, TT_F32, DMR, FMR)
+DISPATCH(avx2_f16, float_tile, TT_F16, DMR, FMR)
+DISPATCH(avx2_bf16, float_tile, TT_BF16, DMR, FMR)
 
 /*
  * quant_act_fill with AVX2 for the natural layout: the same arithmetic
@@ -704,12 +709,15 @@ quant_kernel_avx2(uint32_t type)
 	switch (type) {
 	case TT_F32:
 		k.fn = avx2_f32;
+		k.mr = FMR;
 		break;
 	case TT_F16:
 		k.fn = avx2_f16;
+		k.mr = FMR;
 		break;
 	case TT_BF16:
 		k.fn = avx2_bf16;
+		k.mr = FMR;
 		break;
 	case TT_Q4_0:
 		k.fn = avx2_q4_0;
