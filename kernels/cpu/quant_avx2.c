@@ -7,7 +7,9 @@
  * lanes of four products each (the same lanes as vpdpbusd), the lane bias
  * removes the code offset, and the lanes are scaled and accumulated in f32.
  * Activations are in the natural layout.  Every output element goes
- * through the same operations whatever the tile shape.
+ * through the same operations whatever the tile shape.  Q4_0, Q8_0 and
+ * Q4_K are repacked at load for the kernels of pack_avx2.c; those here
+ * serve them only on the mapped rows (quant_allow_pack(0)).
  */
 #include "config.h"
 
@@ -30,8 +32,8 @@
  */
 #define DMR	4
 #define DMR_INT	2
-/* Rows the tile arrays are sized for. */
-#define TMR	(MR > DMR ? (MR > FMR ? MR : FMR) : (DMR > FMR ? DMR : FMR))
+/* Rows the tile arrays are sized for: the largest of MR, FMR and DMR. */
+#define TMR	4
 
 #define AI	static inline __attribute__((always_inline))
 
@@ -84,6 +86,8 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 	const int64_t	 nb = cols / 32, stride = a->stride;
 	const int	 has_bias = kind == K_Q4_0 || kind == K_Q6_K;
 	const int	 step = kind == K_Q4_K || kind == K_Q6_K ? 8 : 1;
+	/* Bytes of a row per 32 elements (Q6_K's 26.25 rounded down). */
+	const int	 bpb = kind == K_Q8_0 ? 34 : kind == K_Q6_K ? 26 : 18;
 	__m256		 acc[TMR][NR];
 	__m256		 ksc[TMR][2];	/* K-quants: scales of the super-block */
 	__m256i		 u[TMR];
@@ -121,9 +125,8 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 #pragma GCC unroll 4
 			for (i = 0; i < mr; i++) {
 				if (nr == 1)
-					_mm_prefetch((const char *)row[i] + (kind == K_Q4_0 ? 18 * b :
-					    kind == K_Q8_0 ? 34 * b : kind == K_Q4_K ? 18 * b : 26 * b) + AVX2_PF_DECODE,
-					    _MM_HINT_T0);
+					_mm_prefetch((const char *)row[i] + bpb * b +
+					    AVX2_PF_DECODE, _MM_HINT_T0);
 				if (kind == K_Q4_0) {
 					const uint8_t *p = row[i] + 18 * b;
 					__m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
