@@ -24,55 +24,19 @@
 #define PG	8
 
 /*
- * Repacked Q4_K: per 256-element super-block of an 8-row group, the rows'
- * d and dmin (halves, 16 bytes each), the eight 6-bit sub-block scales
- * and mins as bytes (sc[8][8], mn[8][8]), then for each sub-block pair h
- * the eight vectors k whose lane i is bytes 32h+4k..32h+4k+3 of row i's
- * codes: low nibbles are elements 4k.. of sub-block 2h, high nibbles of
- * sub-block 2h+1.  Per sub-block, acc = fma(f32(sum u * q), d * sc *
- * token scale, acc) then acc -= dmin * mn * (token scale * sum q).
+ * Repacked Q4_K: quant_pack_q4_k's layout in groups of 8 rows (d and dmin
+ * at 0 and 16, scales at 32, mins at 96, codes from K4HDR).  Per
+ * sub-block, acc = fma(f32(sum u * q), d * sc * token scale, acc) then
+ * acc -= dmin * mn * (token scale * sum q).
  */
-#define K4HDR	(32 + 128)
-#define K4BLK	(K4HDR + 1024)
+#define K4HDR	(20 * PG)
+#define K4BLK	QUANT_Q4K_PACKED_BLOCK(PG)
 
 /* Copy Q4_K rows into the packed layout (or only size it). */
 size_t
 avx2_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
 {
-	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
-	int64_t		g, b, r;
-	int		i, k, h, e;
-	uint8_t		sc[8], mn[8];
-
-	if (dst == NULL)
-		return ((size_t)(ng * nsb * K4BLK));
-	for (g = 0; g < ng; g++) {
-		for (b = 0; b < nsb; b++) {
-			uint8_t *o = dst + (size_t)(g * nsb + b) * K4BLK;
-
-			memset(o, 0, K4BLK);
-			for (i = 0; i < PG; i++) {
-				const uint8_t *sb;
-
-				if ((r = g * PG + i) >= rows)
-					break;
-				sb = w + (size_t)r * rb + (size_t)b * 144;
-				memcpy(o + 2 * i, sb, 2);
-				memcpy(o + 16 + 2 * i, sb + 2, 2);
-				q4k_scales(sb + 4, sc, mn);
-				for (k = 0; k < 8; k++) {
-					o[32 + 8 * k + i] = sc[k];
-					o[96 + 8 * k + i] = mn[k];
-				}
-				for (h = 0; h < 4; h++)
-					for (k = 0; k < 8; k++)
-						for (e = 0; e < 4; e++)
-							o[K4HDR + 256 * h + 32 * k + 4 * i + e] =
-							    sb[16 + 32 * h + 4 * k + e];
-			}
-		}
-	}
-	return ((size_t)(ng * nsb * K4BLK));
+	return (quant_pack_q4_k(w, rb, rows, cols, PG, dst));
 }
 
 /*
@@ -85,34 +49,46 @@ avx2_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t 
 #define Q4HDR	16
 #define Q4BLK	(Q4HDR + 128)
 
-/* Copy Q4_0 rows into the packed layout (or only size it). */
-size_t
-avx2_q4_0_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+/*
+ * Copy rows of a 32-element block type (a half d, then bb - 2 bytes of
+ * codes) into the packed layout of Q4_0 and Q8_0, or only size it.
+ */
+static size_t
+pack_blocks32(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst,
+    const int bb)
 {
 	const int64_t	nb = cols / 32, ng = (rows + PG - 1) / PG;
+	const size_t	blk = (size_t)(2 * PG + PG * (bb - 2));
 	int64_t		g, b, r;
 	int		i, k;
 
 	if (dst == NULL)
-		return ((size_t)(ng * nb * Q4BLK));
+		return ((size_t)(ng * nb) * blk);
 	for (g = 0; g < ng; g++) {
 		for (b = 0; b < nb; b++) {
-			uint8_t *o = dst + (size_t)(g * nb + b) * Q4BLK;
+			uint8_t *o = dst + (size_t)(g * nb + b) * blk;
 
-			memset(o, 0, Q4BLK);
+			memset(o, 0, blk);
 			for (i = 0; i < PG; i++) {
-				const uint8_t *blk;
+				const uint8_t *p;
 
 				if ((r = g * PG + i) >= rows)
 					break;
-				blk = w + (size_t)r * rb + (size_t)b * 18;
-				memcpy(o + 2 * i, blk, 2);
-				for (k = 0; k < 4; k++)
-					memcpy(o + Q4HDR + 32 * k + 4 * i, blk + 2 + 4 * k, 4);
+				p = w + (size_t)r * rb + (size_t)b * bb;
+				memcpy(o + 2 * i, p, 2);
+				for (k = 0; k < (bb - 2) / 4; k++)
+					memcpy(o + 2 * PG + 32 * k + 4 * i, p + 2 + 4 * k, 4);
 			}
 		}
 	}
-	return ((size_t)(ng * nb * Q4BLK));
+	return ((size_t)(ng * nb) * blk);
+}
+
+/* Copy Q4_0 rows into the packed layout (or only size it). */
+size_t
+avx2_q4_0_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	return (pack_blocks32(w, rb, rows, cols, dst, 18));
 }
 
 /*
@@ -129,30 +105,7 @@ avx2_q4_0_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t 
 size_t
 avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
 {
-	const int64_t	nb = cols / 32, ng = (rows + PG - 1) / PG;
-	int64_t		g, b, r;
-	int		i, k;
-
-	if (dst == NULL)
-		return ((size_t)(ng * nb * Q8BLK));
-	for (g = 0; g < ng; g++) {
-		for (b = 0; b < nb; b++) {
-			uint8_t *o = dst + (size_t)(g * nb + b) * Q8BLK;
-
-			memset(o, 0, Q8BLK);
-			for (i = 0; i < PG; i++) {
-				const uint8_t *blk;
-
-				if ((r = g * PG + i) >= rows)
-					break;
-				blk = w + (size_t)r * rb + (size_t)b * 34;
-				memcpy(o + 2 * i, blk, 2);
-				for (k = 0; k < 8; k++)
-					memcpy(o + Q8HDR + 32 * k + 4 * i, blk + 2 + 4 * k, 4);
-			}
-		}
-	}
-	return ((size_t)(ng * nb * Q8BLK));
+	return (pack_blocks32(w, rb, rows, cols, dst, 34));
 }
 
 /* Eight floats of a group's outputs; only the first n (1..8) are stored. */

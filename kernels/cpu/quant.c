@@ -465,6 +465,57 @@ quant_act_block_bias(int32_t *bias, int64_t n, int lanes)
 	}
 }
 
+/*
+ * Copy Q4_K rows into the layout of the repacked Q4_K kernels, in groups of
+ * pg rows (a lane of a vector each), or only size it.  Per 256-element
+ * super-block of a group: the rows' d and dmin (halves, 2pg bytes each),
+ * the eight 6-bit sub-block scales and mins as bytes (sc[8][pg],
+ * mn[8][pg]), then for each sub-block pair h the eight vectors k whose
+ * lane i is bytes 32h+4k..32h+4k+3 of row i's codes: low nibbles are
+ * elements 4k.. of sub-block 2h, high nibbles of sub-block 2h+1.  Rows
+ * past the end are zeros.
+ */
+size_t
+quant_pack_q4_k(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, int pg,
+    uint8_t *dst)
+{
+	const int64_t	nsb = cols / 256, ng = (rows + pg - 1) / pg;
+	const size_t	blk = (size_t)QUANT_Q4K_PACKED_BLOCK(pg);
+	int64_t		g, b, r;
+	int		i, k, h, e;
+	uint8_t		sc[8], mn[8];
+
+	if (dst == NULL)
+		return ((size_t)(ng * nsb) * blk);
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nsb; b++) {
+			uint8_t *o = dst + (size_t)(g * nsb + b) * blk;
+
+			memset(o, 0, blk);
+			for (i = 0; i < pg; i++) {
+				const uint8_t *sb;
+
+				if ((r = g * pg + i) >= rows)
+					break;
+				sb = w + (size_t)r * rb + (size_t)b * 144;
+				memcpy(o + 2 * i, sb, 2);
+				memcpy(o + 2 * pg + 2 * i, sb + 2, 2);
+				q4k_scales(sb + 4, sc, mn);
+				for (k = 0; k < 8; k++) {
+					o[4 * pg + pg * k + i] = sc[k];
+					o[12 * pg + pg * k + i] = mn[k];
+				}
+				for (h = 0; h < 4; h++)
+					for (k = 0; k < 8; k++)
+						for (e = 0; e < 4; e++)
+							o[20 * pg + 32 * pg * h + 4 * pg * k +
+							    4 * i + e] = sb[16 + 32 * h + 4 * k + e];
+			}
+		}
+	}
+	return ((size_t)(ng * nsb) * blk);
+}
+
 /* Quantize tokens [t0, t1) of the activations in blocks of 32. */
 void
 quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)

@@ -110,6 +110,11 @@ void	quant_act_init(struct qact *a, uint32_t type, int layout, const float *x,
 int64_t	quant_act_pos(int layout, int64_t e);
 /* ACT_BLOCK(16): fold a token's lane biases into n biases of `lanes` each. */
 void	quant_act_block_bias(int32_t *bias, int64_t n, int lanes);
+/* Bytes of a repacked Q4_K super-block of pg rows (quant_pack_q4_k). */
+#define QUANT_Q4K_PACKED_BLOCK(pg)	(148 * (pg))
+/* Copy Q4_K rows into the repacked kernels' layout, pg rows a group. */
+size_t	quant_pack_q4_k(const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+	    int pg, uint8_t *dst);
 /* Quantize tokens [t0, t1). */
 void	quant_act_fill(struct qact *a, uint32_t type, int t0, int t1);
 

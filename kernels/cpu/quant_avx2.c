@@ -78,6 +78,21 @@ unpack_q6_k(const uint8_t *sb, int m)
 	return (_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
 }
 
+/*
+ * One step of a row and a token: acc + f32(the lanes' sums of four u * xs,
+ * plus b0 where has_bias) * (ws * d).
+ */
+AI __m256
+lane_step(__m256 acc, __m256i u, __m256i xs, __m256i b0, const int has_bias, __m256 ws,
+    __m256 d)
+{
+	__m256i	s = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xs), _mm256_set1_epi16(1));
+
+	if (has_bias)
+		s = _mm256_add_epi32(s, b0);
+	return (_mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ws, d), acc));
+}
+
 /* One tile of an integer type: one step is 32 elements. */
 AI void
 int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_t r0,
@@ -188,13 +203,8 @@ int_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 
 #pragma GCC unroll 4
 				for (i = 0; i < mr; i++) {
-					__m256i xs = kind == K_Q8_0 ? _mm256_sign_epi8(x, sgn[i]) : x;
-					__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], xs),
-					    _mm256_set1_epi16(1));
-					if (has_bias)
-						s = _mm256_add_epi32(s, b0);
-					acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-					    _mm256_mul_ps(ws[i], d), acc[i][j]);
+					acc[i][j] = lane_step(acc[i][j], u[i], kind == K_Q8_0 ?
+					    _mm256_sign_epi8(x, sgn[i]) : x, b0, has_bias, ws[i], d);
 				}
 			}
 		}
@@ -499,13 +509,8 @@ ext_tile(const enum kind kind, const uint8_t *w, size_t rb, int64_t cols, int64_
 
 #pragma GCC unroll 4
 				for (i = 0; i < mr; i++) {
-					__m256i xs = iq4 ? _mm256_sign_epi8(x, sgn[i]) : x;
-					__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], xs),
-					    _mm256_set1_epi16(1));
-					if (has_bias)
-						s = _mm256_add_epi32(s, b0);
-					acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-					    _mm256_mul_ps(ws[i], d), acc[i][j]);
+					acc[i][j] = lane_step(acc[i][j], u[i], iq4 ?
+					    _mm256_sign_epi8(x, sgn[i]) : x, b0, has_bias, ws[i], d);
 					if (lmins)
 						acc[i][j] = _mm256_fmadd_ps(bf, _mm256_mul_ps(wm[i], d),
 						    acc[i][j]);

@@ -1283,55 +1283,19 @@ PDISPATCH(avx512_q5_1_packed, avx512_q5_1_pack, K_Q5_1)
 PDISPATCH(avx512_iq4_nl_packed, avx512_iq4_nl_pack, K_IQ4_NL)
 
 /*
- * Repacked Q4_K: per 256-element super-block of a 16-row group, the rows'
- * d and dmin (halves, 32 bytes each), the eight 6-bit sub-block scales
- * and mins as bytes (sc[8][16], mn[8][16]), then for each sub-block pair
- * h the eight vectors k whose lane i is bytes 32h+4k..32h+4k+3 of row i's
- * codes: low nibbles are elements 4k.. of sub-block 2h, high nibbles of
- * sub-block 2h+1.  Per sub-block, acc = fma(f32(sum u * q), d * sc *
- * token scale, acc) then acc -= dmin * mn * (token scale * sum q).
+ * Repacked Q4_K: quant_pack_q4_k's layout in groups of 16 rows (d and
+ * dmin at 0 and 32, scales at 64, mins at 192, codes from K4HDR).  Per
+ * sub-block, acc = fma(f32(sum u * q), d * sc * token scale, acc) then
+ * acc -= dmin * mn * (token scale * sum q).
  */
-#define K4HDR	(64 + 256)
-#define K4BLK	(K4HDR + 2048)
+#define K4HDR	(20 * PG)
+#define K4BLK	QUANT_Q4K_PACKED_BLOCK(PG)
 
 /* Copy Q4_K rows into the packed layout (or only size it). */
 static size_t
 avx512_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
 {
-	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
-	int64_t		g, b, r;
-	int		i, k, h, e;
-	uint8_t		sc[8], mn[8];
-
-	if (dst == NULL)
-		return ((size_t)(ng * nsb * K4BLK));
-	for (g = 0; g < ng; g++) {
-		for (b = 0; b < nsb; b++) {
-			uint8_t *o = dst + (size_t)(g * nsb + b) * K4BLK;
-
-			memset(o, 0, K4BLK);
-			for (i = 0; i < PG; i++) {
-				const uint8_t *sb;
-
-				if ((r = g * PG + i) >= rows)
-					break;
-				sb = w + (size_t)r * rb + (size_t)b * 144;
-				memcpy(o + 2 * i, sb, 2);
-				memcpy(o + 32 + 2 * i, sb + 2, 2);
-				q4k_scales(sb + 4, sc, mn);
-				for (k = 0; k < 8; k++) {
-					o[64 + 16 * k + i] = sc[k];
-					o[64 + 128 + 16 * k + i] = mn[k];
-				}
-				for (h = 0; h < 4; h++)
-					for (k = 0; k < 8; k++)
-						for (e = 0; e < 4; e++)
-							o[K4HDR + 512 * h + 64 * k + 4 * i + e] =
-							    sb[16 + 32 * h + 4 * k + e];
-			}
-		}
-	}
-	return ((size_t)(ng * nsb * K4BLK));
+	return (quant_pack_q4_k(w, rb, rows, cols, PG, dst));
 }
 
 /* One packed Q4_K tile: mg groups of 16 rows by nr tokens (compile-time). */
