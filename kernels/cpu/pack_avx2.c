@@ -7,8 +7,8 @@
  * so the 16-bit products of a whole 32-element block add up in vpaddw
  * (at most 8 x 2 x 15 x 127 = 30480, no overflow) and the float work is
  * done once per block for eight rows (Q8_0's products, up to 2 x 127 x
- * 127, need vpmaddwd at each step).  Built with AVX2
- * enabled; only reached after quant_isa_supported() checked the CPU.
+ * 127, need vpmaddwd at each step).  Built with AVX2 enabled; only
+ * reached after quant_isa_supported() checked the CPU.
  */
 #include "config.h"
 
