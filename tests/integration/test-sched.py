@@ -188,11 +188,15 @@ rc, out, err = d.ctl("policy", "set", "stories", "fair-share", "quantum=8")
 ok(rc == 0 and "reconfigured" in out, "fair-share reconfigures in place",
    out + err)
 
-# slo: a TTFT target no prompt can meet is reported, not hidden.
+# slo: a TTFT target no prompt can meet is reported, not hidden.  The
+# policy flags a prompt whose predicted prefill overruns its deadline, so a
+# first generation teaches it the cost per token and a long prompt follows:
+# a short one planned within 0.1 ms of its arrival would meet the target.
 rc, out, err = d.ctl("policy", "set", "stories", "slo", "ttft_ms=0.1")
 ok(rc == 0, "policy set slo ttft_ms=0.1", err)
-rc, out, err = d.ctl("generate", "stories", "--max-tokens", "1", "Once upon")
-ok(rc == 0, "a one-token generation under slo", err)
+rc, out, err = d.ctl("generate", "stories", "--max-tokens", "8", PROMPTS[3])
+rc, out, err = d.ctl("generate", "stories", "--max-tokens", "1", PROMPTS[3] * 3)
+ok(rc == 0, "a one-token generation of a long prompt under slo", err)
 ps = show(d)
 ok(any("ttft target missed" in n for n in ps.get("notices", [])),
    "policy show says the TTFT target was missed", ps)
