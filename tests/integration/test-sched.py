@@ -195,6 +195,7 @@ ok(rc == 0 and "reconfigured" in out, "fair-share reconfigures in place",
 rc, out, err = d.ctl("policy", "set", "stories", "slo", "ttft_ms=0.1")
 ok(rc == 0, "policy set slo ttft_ms=0.1", err)
 rc, out, err = d.ctl("generate", "stories", "--max-tokens", "8", PROMPTS[3])
+ok(rc == 0, "a first generation under slo", err)
 rc, out, err = d.ctl("generate", "stories", "--max-tokens", "1", PROMPTS[3] * 3)
 ok(rc == 0, "a one-token generation of a long prompt under slo", err)
 ps = show(d)
