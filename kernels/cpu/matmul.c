@@ -14,6 +14,15 @@
 #include "threadpool.h"
 #include "util.h"
 
+/*
+ * A repacked copy of at least this size starts on a huge-page boundary and
+ * asks for huge pages over its whole huge pages (never beyond its end, so
+ * nothing more becomes resident): a one-token product streams the copy
+ * once, and with 4 KiB pages a core of a 2-core AVX-512 machine read a
+ * repacked Q4_0 matrix from memory at about 23 GB/s, with 2 MiB pages 31.
+ */
+#define HUGE_PAGE	((size_t)2 << 20)
+
 /* Bytes of prepared activations a token block may use (half of L2). */
 #define ACT_BLOCK_BYTES	(512 * 1024)
 /*
@@ -127,7 +136,8 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 		void	*p;
 
 		m->packed_bytes = m->kern.pack(data, m->row_bytes, rows, cols, NULL);
-		if (posix_memalign(&p, 64, m->packed_bytes) != 0) {
+		if (posix_memalign(&p, m->packed_bytes >= HUGE_PAGE ? HUGE_PAGE : 64,
+		    m->packed_bytes) != 0) {
 			set_cause(cause, "matrix %lld x %lld: no memory for %zu bytes "
 			    "of repacked weights", (long long)rows, (long long)cols,
 			    m->packed_bytes);
@@ -135,6 +145,11 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 			return (NULL);
 		}
 		m->packed = p;
+#ifdef MADV_HUGEPAGE
+		if (m->packed_bytes >= HUGE_PAGE)
+			(void)madvise(p, m->packed_bytes & ~(size_t)(HUGE_PAGE - 1),
+			    MADV_HUGEPAGE);
+#endif
 		m->kern.pack(data, m->row_bytes, rows, cols, m->packed);
 		release_pages(data, (size_t)rows * m->row_bytes);
 		if (m->isa == QUANT_ISA_AVX512)

@@ -1298,6 +1298,104 @@ avx512_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_
 	return (quant_pack_q4_k(w, rb, rows, cols, PG, dst));
 }
 
+/*
+ * The packed Q4_K tile for one token: each code vector is loaded once for
+ * the two sub-blocks it holds (low and high nibbles) and the dot products
+ * run as four integer chains per group; the float steps are those of
+ * q4k_packed_tile, in the same order, so the results are the same.
+ */
+AI void
+q4k_packed_one(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, float *y, int64_t ldy)
+{
+	const int64_t	 nsb = cols / 256, stride = a->stride;
+	const size_t	 gstride = (size_t)nsb * K4BLK;
+	const int8_t	*xq = a->q + (size_t)t0 * stride;
+	const float	*xd = a->d + (size_t)t0 * (stride / 32);
+	const float	*xs = a->s + (size_t)t0 * (stride / 32);
+	const uint8_t	*gp[PMR];
+	__m512		 acc[PMR];
+	int64_t		 b;
+	int		 g, h, k, sp;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+		acc[g] = _mm512_setzero_ps();
+	}
+	for (b = 0; b < nsb; b++) {
+		__m512	dd[PMR], dm[PMR];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++) {
+			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
+
+			for (k = 0; k < K4BLK; k += 64)
+				_mm_prefetch((const char *)p + PF_DECODE + k, _MM_HINT_T0);
+			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+			dm[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+		}
+		for (sp = 0; sp < 4; sp++) {
+			const int64_t	 e = 256 * b + 64 * sp;
+			__m512i		 ic[PMR][4];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++)
+				ic[g][0] = ic[g][1] = ic[g][2] = ic[g][3] =
+				    _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (k = 0; k < 8; k++) {
+				const __m512i	xl = bcast4(xq + e + 4 * k);
+				const __m512i	xh = bcast4(xq + e + 32 + 4 * k);
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					const __m512i	v = _mm512_loadu_si512((const void *)
+					    (gp[g] + (size_t)b * K4BLK + K4HDR + 512 * sp +
+					    64 * k));
+					const __m512i	m4 = _mm512_set1_epi8(0x0f);
+
+					ic[g][k & 1] = _mm512_dpbusd_epi32(ic[g][k & 1],
+					    _mm512_and_si512(v, m4), xl);
+					ic[g][2 + (k & 1)] = _mm512_dpbusd_epi32(
+					    ic[g][2 + (k & 1)], _mm512_and_si512(
+					    _mm512_srli_epi16(v, 4), m4), xh);
+				}
+			}
+#pragma GCC unroll 2
+			for (h = 0; h < 2; h++) {
+				const int	sub = 2 * sp + h;
+				const __m512	d = _mm512_set1_ps(xd[(e + 32 * h) / 32]);
+				const __m512	sm = _mm512_set1_ps(xs[(e + 32 * h) / 32]);
+
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					const uint8_t *p = gp[g] + (size_t)b * K4BLK;
+					__m512	ws = _mm512_mul_ps(dd[g], _mm512_cvtepi32_ps(
+					    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
+					    (p + 64 + 16 * sub)))));
+					__m512	wm = _mm512_mul_ps(dm[g], _mm512_cvtepi32_ps(
+					    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
+					    (p + 192 + 16 * sub)))));
+					__m512i	ia = _mm512_add_epi32(ic[g][2 * h],
+					    ic[g][2 * h + 1]);
+
+					acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia),
+					    _mm512_mul_ps(ws, d), acc[g]);
+					acc[g] = _mm512_fnmadd_ps(wm, sm, acc[g]);
+				}
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		int		n = mr - PG * g;
+		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
+
+		_mm512_mask_storeu_ps(y + (size_t)t0 * ldy + r0 + PG * g, m, acc[g]);
+	}
+}
+
 /* One packed Q4_K tile: mg groups of 16 rows by nr tokens (compile-time). */
 AI void
 q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
@@ -1340,7 +1438,7 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 		}
 		for (sub = 0; sub < 8; sub++) {
 			const int64_t	 e = 256 * b + 32 * sub;
-			__m512i		 ia[PMR][PNR];
+			__m512i		 ia[PMR][PNR], ic[PMR][4];
 			__m512		 ws[PMR], wm[PMR];
 
 #pragma GCC unroll 2
@@ -1356,6 +1454,8 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 #pragma GCC unroll 6
 				for (j = 0; j < nr; j++)
 					ia[g][j] = _mm512_setzero_si512();
+				ic[g][0] = ic[g][1] = ic[g][2] = ic[g][3] =
+				    _mm512_setzero_si512();
 			}
 #pragma GCC unroll 8
 			for (k = 0; k < 8; k++) {
@@ -1369,6 +1469,19 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 						v = _mm512_srli_epi16(v, 4);
 					u[g] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
 				}
+				/*
+				 * A single token: four integer chains per group, so the
+				 * dot products do not wait on each other's latency.
+				 */
+				if (nr == 1) {
+					__m512i	x = bcast4(xq[0] + e + 4 * k);
+
+#pragma GCC unroll 2
+					for (g = 0; g < mg; g++)
+						ic[g][k & 3] = _mm512_dpbusd_epi32(ic[g][k & 3],
+						    u[g], x);
+					continue;
+				}
 #pragma GCC unroll 6
 				for (j = 0; j < nr; j++) {
 					__m512i	x = bcast4(xq[j] + e + 4 * k);
@@ -1377,6 +1490,12 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 					for (g = 0; g < mg; g++)
 						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], x);
 				}
+			}
+			if (nr == 1) {
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+					ia[g][0] = _mm512_add_epi32(_mm512_add_epi32(ic[g][0],
+					    ic[g][1]), _mm512_add_epi32(ic[g][2], ic[g][3]));
 			}
 #pragma GCC unroll 6
 			for (j = 0; j < nr; j++) {
@@ -1410,7 +1529,7 @@ avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 {
 	if (mr > PG) {
 		switch (nr) {
-		case 1: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy); return;
+		case 1: q4k_packed_one(pw, cols, r0, 2, mr, a, t0, y, ldy); return;
 		case 2: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return;
 		case 3: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return;
 		case 4: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return;
@@ -1419,7 +1538,7 @@ avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 		}
 	}
 	switch (nr) {
-	case 1: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return;
+	case 1: q4k_packed_one(pw, cols, r0, 1, mr, a, t0, y, ldy); return;
 	case 2: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return;
 	case 3: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return;
 	case 4: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return;
@@ -1434,8 +1553,9 @@ avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
  * vectors v = 4s + k (lane i: elements 16s+4k.. of row i) as 32 nibble
  * vectors (low nibbles of v < 32, high nibbles of v + 32) and 16 vectors
  * of the top two bits (bits 2m of vector p are those of v = p + 16m).
- * Per 16-element sub-block, acc = fma(f32(bias + sum u * q), d * sc *
- * token scale, acc), the bias being -32 times the codes' sum (ACT_BLOCK16).
+ * Per 32-element activation block, acc = fma(f32(sum over its two
+ * sub-blocks of sc * (bias + sum u * q)), d * token scale, acc), the bias
+ * being -32 times the codes' sum of a sub-block (ACT_BLOCK16).
  */
 #define K6HDR	(32 + 256)
 #define K6BLK	(K6HDR + 2048 + 1024)
@@ -1507,7 +1627,7 @@ q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 	const int32_t	*xb[PNR];
 	__m512		 acc[PMR][PNR];
 	int64_t		 b;
-	int		 g, j, k, sub;
+	int		 g, h, j, k, sp;
 
 #pragma GCC unroll 2
 	for (g = 0; g < mg; g++) {
@@ -1534,47 +1654,64 @@ q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 				    _MM_HINT_T0);
 			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 		}
-#pragma GCC unroll 16
-		for (sub = 0; sub < 16; sub++) {
-			const int64_t	 e = 256 * b + 16 * sub;
-			__m512i		 ia[PMR][PNR];
-			__m512		 ws[PMR];
+		/*
+		 * The two sub-blocks of an activation block: their integer
+		 * sums times their scales are added as integers (below 2^24
+		 * in magnitude, so exact in a float), then scaled once.
+		 */
+#pragma GCC unroll 8
+		for (sp = 0; sp < 8; sp++) {
+			const int64_t	 e = 256 * b + 32 * sp;
+			__m512i		 it[PMR][PNR];
 
 #pragma GCC unroll 2
-			for (g = 0; g < mg; g++) {
-				const uint8_t *p = gp[g] + (size_t)b * K6BLK;
+			for (h = 0; h < 2; h++) {
+				const int	 sub = 2 * sp + h;
+				__m512i		 ia[PMR][PNR], sc[PMR];
 
-				ws[g] = _mm512_mul_ps(dd[g], _mm512_cvtepi32_ps(
-				    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)
-				    (p + 32 + 16 * sub)))));
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++) {
+					sc[g] = _mm512_cvtepi8_epi32(_mm_loadu_si128(
+					    (const __m128i *)(gp[g] + (size_t)b * K6BLK + 32 +
+					    16 * sub)));
 #pragma GCC unroll 6
-				for (j = 0; j < nr; j++)
-					ia[g][j] = _mm512_set1_epi32(xb[j][e / 16]);
-			}
+					for (j = 0; j < nr; j++)
+						ia[g][j] = _mm512_set1_epi32(xb[j][e / 16 + h]);
+				}
 #pragma GCC unroll 4
-			for (k = 0; k < 4; k++) {
-				__m512i	u[PMR];
-
-#pragma GCC unroll 2
-				for (g = 0; g < mg; g++)
-					u[g] = q6k_packed_codes(gp[g] + (size_t)b * K6BLK,
-					    4 * sub + k);
-#pragma GCC unroll 6
-				for (j = 0; j < nr; j++) {
-					__m512i	x = bcast4(xq[j] + e + 4 * k);
+				for (k = 0; k < 4; k++) {
+					__m512i	u[PMR];
 
 #pragma GCC unroll 2
 					for (g = 0; g < mg; g++)
-						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], x);
+						u[g] = q6k_packed_codes(gp[g] + (size_t)b * K6BLK,
+						    4 * sub + k);
+#pragma GCC unroll 6
+					for (j = 0; j < nr; j++) {
+						__m512i	x = bcast4(xq[j] + e + 16 * h + 4 * k);
+
+#pragma GCC unroll 2
+						for (g = 0; g < mg; g++)
+							ia[g][j] = _mm512_dpbusd_epi32(ia[g][j],
+							    u[g], x);
+					}
 				}
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+#pragma GCC unroll 6
+					for (j = 0; j < nr; j++) {
+						__m512i	v = _mm512_mullo_epi32(ia[g][j], sc[g]);
+
+						it[g][j] = h == 0 ? v : _mm512_add_epi32(it[g][j], v);
+					}
 			}
 #pragma GCC unroll 6
 			for (j = 0; j < nr; j++) {
 				__m512 d = _mm512_set1_ps(xd[j][e / 32]);
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++)
-					acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][j]),
-					    _mm512_mul_ps(ws[g], d), acc[g][j]);
+					acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(it[g][j]),
+					    _mm512_mul_ps(dd[g], d), acc[g][j]);
 			}
 		}
 	}
