@@ -1559,6 +1559,15 @@ avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
  */
 #define K6HDR	(32 + 256)
 #define K6BLK	(K6HDR + 2048 + 1024)
+/*
+ * The code vectors are stored in the order a tile first reads them, so
+ * that one token streams a super-block front to back: per s = 0..3 the
+ * nibble vectors 4s..4s+3 then the top-bit vectors 4s..4s+3, then the
+ * nibble vectors 16..31 (sub-blocks 8..15 read them all again).
+ */
+#define K6N(i)	(K6HDR + ((i) < 16 ? 512 * ((i) / 4) + 64 * ((i) % 4) :	\
+	2048 + 64 * ((i) - 16)))
+#define K6H(p)	(K6HDR + 512 * ((p) / 4) + 256 + 64 * ((p) % 4))
 
 /* Copy Q6_K rows into the packed layout (or only size it). */
 static size_t
@@ -1587,9 +1596,9 @@ avx512_q6_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_
 				for (v = 0; v < 64; v++) {
 					for (e = 0; e < 4; e++) {
 						c = q6k_code(sb, 4 * v + e);
-						o[K6HDR + 64 * (v & 31) + 4 * i + e] |=
+						o[K6N(v & 31) + 4 * i + e] |=
 						    (uint8_t)((c & 15) << (v >= 32 ? 4 : 0));
-						o[K6HDR + 2048 + 64 * (v & 15) + 4 * i + e] |=
+						o[K6H(v & 15) + 4 * i + e] |=
 						    (uint8_t)((c >> 4) << (2 * (v >> 4)));
 					}
 				}
@@ -1603,8 +1612,8 @@ avx512_q6_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_
 AI __m512i
 q6k_packed_codes(const uint8_t *p, const int v)
 {
-	__m512i	n = _mm512_loadu_si512((const void *)(p + K6HDR + 64 * (v & 31)));
-	__m512i	h = _mm512_loadu_si512((const void *)(p + K6HDR + 2048 + 64 * (v & 15)));
+	__m512i	n = _mm512_loadu_si512((const void *)(p + K6N(v & 31)));
+	__m512i	h = _mm512_loadu_si512((const void *)(p + K6H(v & 15)));
 	const int m = v >> 4;
 
 	n = v >= 32 ? _mm512_srli_epi16(n, 4) : n;
