@@ -1298,6 +1298,29 @@ avx512_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_
 	return (quant_pack_q4_k(w, rb, rows, cols, PG, dst));
 }
 
+/* Prefetch a packed Q4_K super-block's stream ahead; load its rows' d and dmin. */
+AI void
+q4k_head(const uint8_t *p, const int ahead, __m512 *dd, __m512 *dm)
+{
+	int	k;
+
+	for (k = 0; k < K4BLK; k += 64)
+		_mm_prefetch((const char *)p + ahead + k, _MM_HINT_T0);
+	*dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+	*dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+}
+
+/* The 16 rows' scale and min of sub-block sub of a packed Q4_K super-block. */
+AI void
+q4k_sub_scales(const uint8_t *p, const int sub, __m512 dd, __m512 dm, __m512 *ws,
+    __m512 *wm)
+{
+	*ws = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+	    _mm_loadu_si128((const __m128i *)(p + 64 + 16 * sub)))));
+	*wm = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+	    _mm_loadu_si128((const __m128i *)(p + 192 + 16 * sub)))));
+}
+
 /*
  * The packed Q4_K tile for one token: each code vector is loaded once for
  * the two sub-blocks it holds (low and high nibbles) and the dot products
@@ -1330,10 +1353,7 @@ q4k_packed_one(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
-			for (k = 0; k < K4BLK; k += 64)
-				_mm_prefetch((const char *)p + PF_DECODE + k, _MM_HINT_T0);
-			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-			dm[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+			q4k_head(p, PF_DECODE, &dd[g], &dm[g]);
 		}
 		for (sp = 0; sp < 4; sp++) {
 			const int64_t	 e = 256 * b + 64 * sp;
@@ -1370,16 +1390,12 @@ q4k_packed_one(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr
 
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++) {
-					const uint8_t *p = gp[g] + (size_t)b * K4BLK;
-					__m512	ws = _mm512_mul_ps(dd[g], _mm512_cvtepi32_ps(
-					    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
-					    (p + 64 + 16 * sub)))));
-					__m512	wm = _mm512_mul_ps(dm[g], _mm512_cvtepi32_ps(
-					    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
-					    (p + 192 + 16 * sub)))));
+					__m512	ws, wm;
 					__m512i	ia = _mm512_add_epi32(ic[g][2 * h],
 					    ic[g][2 * h + 1]);
 
+					q4k_sub_scales(gp[g] + (size_t)b * K4BLK, sub, dd[g], dm[g],
+					    &ws, &wm);
 					acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia),
 					    _mm512_mul_ps(ws, d), acc[g]);
 					acc[g] = _mm512_fnmadd_ps(wm, sm, acc[g]);
@@ -1430,32 +1446,21 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
-			for (k = 0; k < K4BLK; k += 64)
-				_mm_prefetch((const char *)p + (nr > 1 ? K4BLK : PF_DECODE) + k,
-				    _MM_HINT_T0);
-			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-			dm[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+			q4k_head(p, K4BLK, &dd[g], &dm[g]);
 		}
 		for (sub = 0; sub < 8; sub++) {
 			const int64_t	 e = 256 * b + 32 * sub;
-			__m512i		 ia[PMR][PNR], ic[PMR][4];
+			__m512i		 ia[PMR][PNR];
 			__m512		 ws[PMR], wm[PMR];
 
 #pragma GCC unroll 2
 			for (g = 0; g < mg; g++) {
 				const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
-				ws[g] = _mm512_mul_ps(dd[g], _mm512_cvtepi32_ps(
-				    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
-				    (p + 64 + 16 * sub)))));
-				wm[g] = _mm512_mul_ps(dm[g], _mm512_cvtepi32_ps(
-				    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)
-				    (p + 192 + 16 * sub)))));
+				q4k_sub_scales(p, sub, dd[g], dm[g], &ws[g], &wm[g]);
 #pragma GCC unroll 6
 				for (j = 0; j < nr; j++)
 					ia[g][j] = _mm512_setzero_si512();
-				ic[g][0] = ic[g][1] = ic[g][2] = ic[g][3] =
-				    _mm512_setzero_si512();
 			}
 #pragma GCC unroll 8
 			for (k = 0; k < 8; k++) {
@@ -1469,19 +1474,6 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 						v = _mm512_srli_epi16(v, 4);
 					u[g] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
 				}
-				/*
-				 * A single token: four integer chains per group, so the
-				 * dot products do not wait on each other's latency.
-				 */
-				if (nr == 1) {
-					__m512i	x = bcast4(xq[0] + e + 4 * k);
-
-#pragma GCC unroll 2
-					for (g = 0; g < mg; g++)
-						ic[g][k & 3] = _mm512_dpbusd_epi32(ic[g][k & 3],
-						    u[g], x);
-					continue;
-				}
 #pragma GCC unroll 6
 				for (j = 0; j < nr; j++) {
 					__m512i	x = bcast4(xq[j] + e + 4 * k);
@@ -1490,12 +1482,6 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 					for (g = 0; g < mg; g++)
 						ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], u[g], x);
 				}
-			}
-			if (nr == 1) {
-#pragma GCC unroll 2
-				for (g = 0; g < mg; g++)
-					ia[g][0] = _mm512_add_epi32(_mm512_add_epi32(ic[g][0],
-					    ic[g][1]), _mm512_add_epi32(ic[g][2], ic[g][3]));
 			}
 #pragma GCC unroll 6
 			for (j = 0; j < nr; j++) {
