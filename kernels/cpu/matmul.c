@@ -132,7 +132,8 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 	 * pages are not shared with the page cache: the weights are then
 	 * resident twice only if the mapped ones stay touched.
 	 */
-	if (m->kern.pack != NULL && m->kern.pfn != NULL && quant_pack_allowed()) {
+	if (m->kern.pack != NULL && m->kern.pfn != NULL && quant_pack_allowed() &&
+	    (m->kern.pmax_cols == 0 || cols <= m->kern.pmax_cols)) {
 		void	*p;
 
 		m->packed_bytes = m->kern.pack(data, m->row_bytes, rows, cols, NULL);

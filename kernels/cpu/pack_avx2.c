@@ -1,5 +1,5 @@
 /*
- * pack_avx2.c: AVX2 kernels on Q4_0, Q8_0 and Q4_K weights repacked at load.
+ * pack_avx2.c: AVX2 kernels on Q4_0, Q8_0, Q4_K and Q6_K weights repacked at load.
  *
  * The natural layout spends a vpmaddwd, a conversion and two float
  * operations on every 32 products of a row and a token.  Here a vector
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "pack_avx2.h"
+#include "avx2_tile.h"
 #include "quant.h"
 
 #define AI	static inline __attribute__((always_inline))
@@ -108,17 +109,6 @@ avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t 
 	return (pack_blocks32(w, rb, rows, cols, dst, 34));
 }
 
-/* Eight floats of a group's outputs; only the first n (1..8) are stored. */
-AI void
-store_rows(float *y, __m256 v, int n)
-{
-	if (n >= PG)
-		_mm256_storeu_ps(y, v);
-	else
-		_mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
-		    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
-}
-
 /* One packed Q4_0 tile: mg groups of 8 rows by nr tokens (compile-time). */
 AI void
 q40_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
@@ -184,8 +174,8 @@ q40_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 					x = _mm256_set1_epi32(q4);
 #pragma GCC unroll 2
 					for (g = 0; g < mg; g++)
-						is[g][j] = _mm256_add_epi16(is[g][j],
-						    _mm256_maddubs_epi16(u[g], x));
+						is[g][j] = avx2_chain(_mm256_add_epi16(is[g][j],
+						    _mm256_maddubs_epi16(u[g], x)));
 				}
 			}
 		}
@@ -210,7 +200,7 @@ q40_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 	for (g = 0; g < mg; g++)
 #pragma GCC unroll 4
 		for (j = 0; j < nr; j++)
-			store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
+			avx2_store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
 			    mr - PG * g);
 }
 
@@ -273,9 +263,9 @@ q80_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 				x = _mm256_set1_epi32(q4);
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++)
-					is[g][j] = _mm256_add_epi32(is[g][j], _mm256_madd_epi16(
-					    _mm256_maddubs_epi16(u[g], _mm256_sign_epi8(x, v[g])),
-					    ones));
+					is[g][j] = avx2_chain(_mm256_add_epi32(is[g][j],
+					    _mm256_madd_epi16(_mm256_maddubs_epi16(u[g],
+					    _mm256_sign_epi8(x, v[g])), ones)));
 			}
 		}
 #pragma GCC unroll 2
@@ -293,7 +283,7 @@ q80_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 	for (g = 0; g < mg; g++)
 #pragma GCC unroll 4
 		for (j = 0; j < nr; j++)
-			store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
+			avx2_store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
 			    mr - PG * g);
 }
 
@@ -370,8 +360,8 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 					x = _mm256_set1_epi32(q4);
 #pragma GCC unroll 2
 					for (g = 0; g < mg; g++)
-						is[g][j] = _mm256_add_epi16(is[g][j],
-						    _mm256_maddubs_epi16(u[g], x));
+						is[g][j] = avx2_chain(_mm256_add_epi16(is[g][j],
+						    _mm256_maddubs_epi16(u[g], x)));
 				}
 			}
 #pragma GCC unroll 2
@@ -401,7 +391,224 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 	for (g = 0; g < mg; g++)
 #pragma GCC unroll 4
 		for (j = 0; j < nr; j++)
-			store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
+			avx2_store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
+			    mr - PG * g);
+}
+
+/*
+ * Repacked Q6_K, per 256-element super-block of an 8-row group: the rows'
+ * d (halves, 16 bytes); per 32-element block m the scale pairs (16 bytes:
+ * byte 2i is row i's scale of sub-block 2m, byte 2i + 1 that of 2m + 1);
+ * then per block m (Q6BLK bytes each) the four nibble vectors k whose lane
+ * i holds row i's elements 4k.. (low nibbles) and 16 + 4k.. (high), and the
+ * two vectors h of the codes' top two bits: byte p holds at bits 2c..
+ * those of byte p of code vector c of half h (c = 0..3, elements 16h +
+ * 4c..).  The codes stay unsigned (0..63, the offset 32 is removed
+ * through the activations' half-block sums, ACT_PAIR16), so two vectors'
+ * vpmaddubsw pairs add up in 16 bits (2 x 2 x 63 x 127 = 32004); vpmaddwd
+ * with the rows' scales widens them.  A block's sum, at most 2 x 16 x 63
+ * x 127 x 128 plus the offset term, stays an exact int32; it is scaled
+ * once per block for eight rows: acc = fma(f32(sum), d * token scale, acc).
+ */
+#define Q6SC	16
+#define Q6Q	(Q6SC + 8 * 16)
+#define Q6BLK	192
+#define Q6SB	(Q6Q + 8 * Q6BLK)
+
+/* The 256 codes (0..63) of a Q6_K super-block, in element order. */
+static void
+q6k_unpack(const uint8_t *sb, uint8_t *c)
+{
+	int	h, l, q0, q1, qh;
+
+	for (h = 0; h < 2; h++)
+		for (l = 0; l < 32; l++) {
+			q0 = sb[64 * h + l];
+			q1 = sb[64 * h + 32 + l];
+			qh = sb[128 + 32 * h + l];
+			c[128 * h + l] = (uint8_t)((q0 & 15) | (qh & 3) << 4);
+			c[128 * h + 32 + l] = (uint8_t)((q1 & 15) | (qh >> 2 & 3) << 4);
+			c[128 * h + 64 + l] = (uint8_t)(q0 >> 4 | (qh >> 4 & 3) << 4);
+			c[128 * h + 96 + l] = (uint8_t)(q1 >> 4 | (qh >> 6) << 4);
+		}
+}
+
+/* Copy Q6_K rows into the packed layout (or only size it). */
+size_t
+avx2_q6_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+{
+	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
+	uint8_t		cd[256];
+	uint32_t	lo, hi, v;
+	int64_t		g, b, r;
+	int		i, m, k, h, c;
+
+	if (dst == NULL)
+		return ((size_t)(ng * nsb) * Q6SB);
+	for (g = 0; g < ng; g++) {
+		for (b = 0; b < nsb; b++) {
+			uint8_t *o = dst + (size_t)(g * nsb + b) * Q6SB;
+
+			memset(o, 0, Q6SB);
+			for (i = 0; i < PG; i++) {
+				const uint8_t *sb;
+
+				if ((r = g * PG + i) >= rows)
+					break;
+				sb = w + (size_t)r * rb + (size_t)b * 210;
+				q6k_unpack(sb, cd);
+				memcpy(o + 2 * i, sb + 208, 2);
+				for (m = 0; m < 8; m++) {
+					uint8_t		*q = o + Q6Q + Q6BLK * m;
+					const uint8_t	*u = cd + 32 * m;
+
+					o[Q6SC + 16 * m + 2 * i] = sb[192 + 2 * m];
+					o[Q6SC + 16 * m + 2 * i + 1] = sb[192 + 2 * m + 1];
+					/* Four codes, one per byte, at a time. */
+					for (k = 0; k < 4; k++) {
+						memcpy(&lo, u + 4 * k, 4);
+						memcpy(&hi, u + 16 + 4 * k, 4);
+						v = (lo & 0x0f0f0f0f) | (hi & 0x0f0f0f0f) << 4;
+						memcpy(q + 32 * k + 4 * i, &v, 4);
+					}
+					for (h = 0; h < 2; h++) {
+						for (v = 0, c = 0; c < 4; c++) {
+							memcpy(&lo, u + 16 * h + 4 * c, 4);
+							v |= (lo >> 4 & 0x03030303) << (2 * c);
+						}
+						memcpy(q + 128 + 32 * h + 4 * i, &v, 4);
+					}
+				}
+			}
+		}
+	}
+	return ((size_t)(ng * nsb) * Q6SB);
+}
+
+/* Code vector c (0..3) of half h of a packed Q6_K block at q. */
+AI __m256i
+q6k_codes(const uint8_t *q, const int h, const int c)
+{
+	const __m256i	m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+	__m256i		lo = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+	__m256i		hb = _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * h));
+
+	lo = _mm256_and_si256(h ? _mm256_srli_epi16(lo, 4) : lo, m4);
+	/* Bits 2c, 2c + 1 to bits 4, 5; what crosses bytes is masked off. */
+	hb = c == 0 ? _mm256_slli_epi16(hb, 4) : c == 1 ? _mm256_slli_epi16(hb, 2) :
+	    c == 2 ? hb : _mm256_srli_epi16(hb, 2);
+	return (_mm256_or_si256(lo, _mm256_and_si256(hb, m2)));
+}
+
+/* One packed Q6_K tile: mg groups of 8 rows by nr tokens (compile-time). */
+AI void
+q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
+    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+{
+	const int64_t	 nsb = cols / 256, stride = a->stride;
+	const size_t	 gstride = (size_t)nsb * Q6SB;
+	const uint8_t	*gp[2];
+	const int8_t	*xq[PACK2_NR];
+	const float	*xd[PACK2_NR];
+	const int32_t	*xp[PACK2_NR];
+	__m256		 acc[2][PACK2_NR];
+	int64_t		 b;
+	int		 g, j, k, m, h;
+
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++) {
+		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			acc[g][j] = _mm256_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++) {
+		xq[j] = a->q + (size_t)(t0 + j) * stride;
+		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
+		xp[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
+	}
+	for (b = 0; b < nsb; b++) {
+		__m256	dd[2];
+
+#pragma GCC unroll 2
+		for (g = 0; g < mg; g++)
+			dd[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] +
+			    (size_t)b * Q6SB)));
+#pragma GCC unroll 8
+		for (m = 0; m < 8; m++) {
+			const int64_t	 e = 256 * b + 32 * m;
+			__m256i		 sc[2][2], sp[2], is[2][PACK2_NR];
+
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++) {
+				const uint8_t *p = gp[g] + (size_t)b * Q6SB;
+				__m256i pr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)
+				    (p + Q6SC + 16 * m)));
+
+				if (nr == 1)
+					for (k = 0; k < 256; k += 64)
+						_mm_prefetch((const char *)p + Q6Q + Q6BLK * m +
+						    AVX2_PF_DECODE + k, _MM_HINT_T0);
+				/* Each row's scale in both 16-bit halves of its lane. */
+				sc[g][0] = _mm256_blend_epi16(pr, _mm256_slli_epi32(pr, 16), 0xaa);
+				sc[g][1] = _mm256_blend_epi16(pr, _mm256_srli_epi32(pr, 16), 0x55);
+				/* 32 x the pair, for the offset term against ACT_PAIR16. */
+				sp[g] = _mm256_slli_epi16(pr, 5);
+#pragma GCC unroll 4
+				for (j = 0; j < nr; j++)
+					is[g][j] = _mm256_setzero_si256();
+			}
+#pragma GCC unroll 2
+			for (h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+				for (k = 0; k < 4; k += 2) {
+					__m256i	u0[2], u1[2];
+
+#pragma GCC unroll 2
+					for (g = 0; g < mg; g++) {
+						const uint8_t *q = gp[g] + (size_t)b * Q6SB + Q6Q +
+						    Q6BLK * m;
+
+						u0[g] = q6k_codes(q, h, k);
+						u1[g] = q6k_codes(q, h, k + 1);
+					}
+#pragma GCC unroll 4
+					for (j = 0; j < nr; j++) {
+						int32_t	q0, q1;
+						__m256i	x0, x1;
+
+						memcpy(&q0, xq[j] + e + 16 * h + 4 * k, 4);
+						memcpy(&q1, xq[j] + e + 16 * h + 4 * k + 4, 4);
+						x0 = _mm256_set1_epi32(q0);
+						x1 = _mm256_set1_epi32(q1);
+#pragma GCC unroll 2
+						for (g = 0; g < mg; g++)
+							is[g][j] = avx2_chain(_mm256_add_epi32(is[g][j],
+							    _mm256_madd_epi16(_mm256_add_epi16(
+							    _mm256_maddubs_epi16(u0[g], x0),
+							    _mm256_maddubs_epi16(u1[g], x1)), sc[g][h])));
+					}
+				}
+			}
+#pragma GCC unroll 2
+			for (g = 0; g < mg; g++)
+#pragma GCC unroll 4
+				for (j = 0; j < nr; j++) {
+					__m256i off = _mm256_madd_epi16(sp[g],
+					    _mm256_set1_epi32(xp[j][e / 32]));
+
+					acc[g][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(
+					    _mm256_sub_epi32(is[g][j], off)), _mm256_mul_ps(dd[g],
+					    _mm256_set1_ps(xd[j][e / 32])), acc[g][j]);
+				}
+		}
+	}
+#pragma GCC unroll 2
+	for (g = 0; g < mg; g++)
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++)
+			avx2_store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
 			    mr - PG * g);
 }
 
@@ -439,3 +646,4 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
 PACKED_SHAPES(avx2_q4_0_packed, q40_tile)
 PACKED_SHAPES(avx2_q8_0_packed, q80_tile)
 PACKED_SHAPES(avx2_q4_k_packed, q4k_tile)
+PACKED_SHAPES(avx2_q6_k_packed, q6k_tile)

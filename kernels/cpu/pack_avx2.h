@@ -1,4 +1,4 @@
-/* pack_avx2.h: AVX2 kernels on Q4_0, Q8_0 and Q4_K weights repacked at load. */
+/* pack_avx2.h: AVX2 kernels on Q4_0, Q8_0, Q4_K and Q6_K weights repacked at load. */
 #ifndef PHASED_PACK_AVX2_H
 #define PHASED_PACK_AVX2_H
 
@@ -22,6 +22,9 @@
  */
 #define AVX2_PF_DECODE	8192
 
+/* quant_act_fill for the element-order layouts (quant_avx2.c). */
+void	avx2_act_fill(struct qact *, uint32_t, int, int);
+
 size_t	avx2_q4_0_pack(const uint8_t *, size_t, int64_t, int64_t, uint8_t *);
 void	avx2_q4_0_packed(const uint8_t *, int64_t, int64_t, int, const struct qact *,
 	    int, int, float *, int64_t);
@@ -30,6 +33,10 @@ void	avx2_q8_0_packed(const uint8_t *, int64_t, int64_t, int, const struct qact 
 	    int, int, float *, int64_t);
 size_t	avx2_q4_k_pack(const uint8_t *, size_t, int64_t, int64_t, uint8_t *);
 void	avx2_q4_k_packed(const uint8_t *, int64_t, int64_t, int, const struct qact *,
+	    int, int, float *, int64_t);
+/* Q6_K reads ACT_PAIR16 activations. */
+size_t	avx2_q6_k_pack(const uint8_t *, size_t, int64_t, int64_t, uint8_t *);
+void	avx2_q6_k_packed(const uint8_t *, int64_t, int64_t, int, const struct qact *,
 	    int, int, float *, int64_t);
 
 #endif

@@ -466,6 +466,25 @@ quant_act_block_bias(int32_t *bias, int64_t n, int lanes)
 }
 
 /*
+ * ACT_PAIR16: for each of a token's nb blocks, the sums of the codes of its
+ * two halves (|sum| <= 16 * 127, so each fits an int16), low half first.
+ */
+void
+quant_act_pair16(const int8_t *q, int32_t *bias, int64_t nb)
+{
+	int64_t	b;
+	int	j, s0, s1;
+
+	for (b = 0; b < nb; b++) {
+		for (s0 = s1 = 0, j = 0; j < 16; j++) {
+			s0 += q[32 * b + j];
+			s1 += q[32 * b + 16 + j];
+		}
+		bias[b] = (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
+	}
+}
+
+/*
  * Copy Q4_K rows into the layout of the repacked Q4_K kernels, in groups of
  * pg rows (a lane of a vector each), or only size it.  Per 256-element
  * super-block of a group: the rows' d and dmin (halves, 2pg bytes each),
@@ -595,6 +614,8 @@ quant_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 			quant_act_block_bias(bias, nb, 8);
 		else if (a->layout == ACT_BLOCK16)
 			quant_act_block_bias(bias, 2 * nb, 4);
+		else if (a->layout == ACT_PAIR16)
+			quant_act_pair16(q, bias, nb);
 	}
 }
 

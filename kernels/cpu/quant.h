@@ -78,6 +78,13 @@ enum act_layout {
 	 * even).
 	 */
 	ACT_F32X = 6,
+	/*
+	 * Element order; bias[b] holds the code sums of block b's two halves
+	 * as int16 (elements 0-15 in the low half), not times the offset:
+	 * the per-16 sums that sub-block offsets and mins need, ready for
+	 * one vpmaddwd against a row's pair of sub-block scales.
+	 */
+	ACT_PAIR16 = 7,
 };
 #define ACT_F32X_TOK	12
 
@@ -110,6 +117,8 @@ void	quant_act_init(struct qact *a, uint32_t type, int layout, const float *x,
 int64_t	quant_act_pos(int layout, int64_t e);
 /* ACT_BLOCK(16): fold a token's lane biases into n biases of `lanes` each. */
 void	quant_act_block_bias(int32_t *bias, int64_t n, int lanes);
+/* ACT_PAIR16: a token's nb pairs of half-block code sums from its codes q. */
+void	quant_act_pair16(const int8_t *q, int32_t *bias, int64_t nb);
 /* Bytes of a repacked Q4_K super-block of pg rows (quant_pack_q4_k). */
 #define QUANT_Q4K_PACKED_BLOCK(pg)	(148 * (pg))
 /* Copy Q4_K rows into the repacked kernels' layout, pg rows a group. */
@@ -144,6 +153,7 @@ struct quant_kernel {
 	int		 pnr;
 	int		 playout;	/* enum act_layout pfn reads */
 	quant_fill_fn	 pfill;
+	int64_t		 pmax_cols;	/* repacked only up to this width (0: any) */
 	/*
 	 * Optional, set by quant_amx_attach() (amx.h): pfn on the AMX tile
 	 * unit for nr a multiple of anr tokens, with bit-identical results.

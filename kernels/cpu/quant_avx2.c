@@ -7,16 +7,22 @@
  * lanes of four products each (the same lanes as vpdpbusd), the lane bias
  * removes the code offset, and the lanes are scaled and accumulated in f32.
  * Activations are in the natural layout.  Every output element goes
- * through the same operations whatever the tile shape.  Q4_0, Q8_0 and
- * Q4_K are repacked at load for the kernels of pack_avx2.c; those here
- * serve them only on the mapped rows (quant_allow_pack(0)).
+ * through the same operations whatever the tile shape.  Every type but
+ * F32 is repacked at load, eight rows to a vector, for the kernels of
+ * pack_avx2.c (Q4_0, Q8_0, Q4_K, Q6_K), pack32_avx2.c (Q4_1, Q5_0, Q5_1,
+ * IQ4_NL), pack_k_avx2.c (Q2_K, Q3_K, Q5_K, IQ4_XS) and float_avx2.c (F16,
+ * BF16); those here serve them only on the mapped rows
+ * (quant_allow_pack(0), or a matrix too wide for its packed tiles).
  */
 #include "config.h"
 
 #include <immintrin.h>
 #include <string.h>
 
+#include "float_avx2.h"
+#include "pack32_avx2.h"
 #include "pack_avx2.h"
+#include "pack_k_avx2.h"
 #include "quant.h"
 #include "tensor_type.h"
 
@@ -634,17 +640,18 @@ DISPATCH(avx2_f16, float_tile, TT_F16, DMR, FMR)
 DISPATCH(avx2_bf16, float_tile, TT_BF16, DMR, FMR)
 
 /*
- * quant_act_fill with AVX2 for the natural layout: the same arithmetic
- * (max, 127 / max, round to nearest even, integer sums), so the same codes
- * and scales.
+ * quant_act_fill with AVX2 for the element-order layouts (ACT_NATURAL,
+ * ACT_BLOCK, ACT_BLOCK16, ACT_PAIR16): the same arithmetic (max, 127 / max,
+ * round to nearest even, integer sums), so the same codes and scales.
  */
-static void
+void
 avx2_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 {
 	const int64_t	 cols = a->cols, stride = a->stride, nb = stride / 32;
 	const int	 off = quant_code_offset(type);
 	const __m256i	 perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 	const __m256	 sign = _mm256_set1_ps(-0.0f);
+	const int	 pair16 = a->layout == ACT_PAIR16;
 	int64_t		 b;
 	int		 t, k;
 
@@ -668,8 +675,11 @@ avx2_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 				    _mm256_setzero_si256());
 				d[b] = s[b] = 0;
 				_mm256_storeu_ps(dl + 8 * b, _mm256_setzero_ps());
-				_mm256_storeu_si256((__m256i *)(bias + 8 * b),
-				    _mm256_setzero_si256());
+				if (pair16)
+					bias[b] = 0;
+				else
+					_mm256_storeu_si256((__m256i *)(bias + 8 * b),
+					    _mm256_setzero_si256());
 				continue;
 			}
 			for (k = 0; k < 4; k++)
@@ -700,10 +710,21 @@ avx2_act_fill(struct qact *a, uint32_t type, int t0, int t1)
 			/* Lanes of four codes: -off * their sum, and the scale. */
 			p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p),
 			    _mm256_set1_epi16(1));
+			_mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(db));
+			if (pair16) {
+				p = _mm256_hadd_epi32(p, p);
+				p = _mm256_hadd_epi32(p, p);
+				bias[b] = (int32_t)((uint32_t)(uint16_t)_mm256_extract_epi32(p, 0) |
+				    (uint32_t)(uint16_t)_mm256_extract_epi32(p, 4) << 16);
+				continue;
+			}
 			_mm256_storeu_si256((__m256i *)(bias + 8 * b),
 			    _mm256_mullo_epi32(p, _mm256_set1_epi32(-off)));
-			_mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(db));
 		}
+		if (a->layout == ACT_BLOCK)
+			quant_act_block_bias(bias, nb, 8);
+		else if (a->layout == ACT_BLOCK16)
+			quant_act_block_bias(bias, 2 * nb, 4);
 	}
 }
 
@@ -722,10 +743,22 @@ quant_kernel_avx2(uint32_t type)
 	case TT_F16:
 		k.fn = avx2_f16;
 		k.mr = FMR;
+		k.pack = avx2_f16_pack;
+		k.pfn = avx2_f16_packed;
+		k.pmr = FLOAT2_MR;
+		k.pnr = FLOAT2_NR;
+		k.playout = ACT_F32X;
+		k.pfill = avx2_act_fill_f32x;
 		break;
 	case TT_BF16:
 		k.fn = avx2_bf16;
 		k.mr = FMR;
+		k.pack = avx2_bf16_pack;
+		k.pfn = avx2_bf16_packed;
+		k.pmr = FLOAT2_MR;
+		k.pnr = FLOAT2_NR;
+		k.playout = ACT_F32X;
+		k.pfill = avx2_act_fill_f32x;
 		break;
 	case TT_Q4_0:
 		k.fn = avx2_q4_0;
@@ -748,17 +781,81 @@ quant_kernel_avx2(uint32_t type)
 	case TT_Q6_K:
 		k.fn = avx2_q6_k;
 		k.fill = avx2_act_fill;
+		k.pack = avx2_q6_k_pack;
+		k.pfn = avx2_q6_k_packed;
+		k.pmr = PACK2_MR;
+		k.pnr = 3;
+		k.playout = ACT_PAIR16;
+		k.pfill = avx2_act_fill;
 		break;
-	case TT_Q4_1: k.fn = avx2_q4_1; k.fill = avx2_act_fill; break;
-	case TT_Q5_0: k.fn = avx2_q5_0; k.fill = avx2_act_fill; break;
-	case TT_Q5_1: k.fn = avx2_q5_1; k.fill = avx2_act_fill; break;
-	case TT_IQ4_NL: k.fn = avx2_iq4_nl; k.fill = avx2_act_fill; break;
-	case TT_Q2_K: k.fn = avx2_q2_k; k.fill = avx2_act_fill; break;
-	case TT_Q3_K: k.fn = avx2_q3_k; k.fill = avx2_act_fill; break;
-	case TT_Q5_K: k.fn = avx2_q5_k; k.fill = avx2_act_fill; break;
-	case TT_IQ4_XS: k.fn = avx2_iq4_xs; k.fill = avx2_act_fill; break;
+	case TT_Q4_1:
+		k.fn = avx2_q4_1;
+		k.fill = avx2_act_fill;
+		k.pack = avx2_q4_1_pack;
+		k.pfn = avx2_q4_1_packed;
+		break;
+	case TT_Q5_0:
+		k.fn = avx2_q5_0;
+		k.fill = avx2_act_fill;
+		k.pack = avx2_q5_0_pack;
+		k.pfn = avx2_q5_0_packed;
+		break;
+	case TT_Q5_1:
+		k.fn = avx2_q5_1;
+		k.fill = avx2_act_fill;
+		k.pack = avx2_q5_1_pack;
+		k.pfn = avx2_q5_1_packed;
+		break;
+	case TT_IQ4_NL:
+		k.fn = avx2_iq4_nl;
+		k.fill = avx2_act_fill;
+		k.pack = avx2_iq4_nl_pack;
+		k.pfn = avx2_iq4_nl_packed;
+		break;
+	case TT_Q2_K:
+		k.fn = avx2_q2_k;
+		k.fill = avx2_act_fill;
+		k.pack = avx2_q2_k_pack;
+		k.pfn = avx2_q2_k_packed;
+		k.pmax_cols = PACK_K2_MAX_COLS;
+		k.pmr = PACK_K2_MR;
+		k.pnr = PACK_K2_NR;
+		k.playout = ACT_PAIR16;
+		k.pfill = avx2_act_fill;
+		break;
+	case TT_Q3_K:
+		k.fn = avx2_q3_k;
+		k.fill = avx2_act_fill;
+		k.pack = avx2_q3_k_pack;
+		k.pfn = avx2_q3_k_packed;
+		k.pmax_cols = PACK_K2_MAX_COLS;
+		k.pmr = PACK_K2_MR;
+		k.pnr = PACK_K2_NR;
+		k.playout = ACT_PAIR16;
+		k.pfill = avx2_act_fill;
+		break;
+	case TT_Q5_K:
+		k.fn = avx2_q5_k;
+		k.fill = avx2_act_fill;
+		k.pack = avx2_q5_k_pack;
+		k.pfn = avx2_q5_k_packed;
+		k.pmr = PACK2_MR;
+		k.pnr = PACK_K2_NR;
+		k.playout = ACT_NATURAL;
+		k.pfill = avx2_act_fill;
+		break;
+	case TT_IQ4_XS:
+		k.fn = avx2_iq4_xs;
+		k.fill = avx2_act_fill;
+		k.pack = avx2_iq4_xs_pack;
+		k.pfn = avx2_iq4_xs_packed;
+		k.pmr = PACK2_MR;
+		k.pnr = PACK_K2_NR;
+		k.playout = ACT_NATURAL;
+		k.pfill = avx2_act_fill;
+		break;
 	}
-	if (k.pack != NULL) {
+	if (k.pack != NULL && k.pmr == 0) {
 		k.pmr = PACK2_MR;
 		k.pnr = PACK2_NR;
 		k.playout = ACT_NATURAL;

@@ -331,6 +331,27 @@ main(void)
 			test_packed_vs_mapped(pool, QUANT_ISA_AVX2, ktu_types[i], 40, 768);
 			test_packed_vs_mapped(pool, QUANT_ISA_AVX2, ktu_types[i], 13, 256);
 		}
+		/*
+		 * Q2_K and Q3_K tiles hold their activations on the stack: a
+		 * matrix wider than they allow keeps its mapped rows.
+		 */
+		for (j = 0; j < 2; j++) {
+			uint32_t type = j == 0 ? TT_Q2_K : TT_Q3_K;
+			const struct tensor_type_info *ti = tensor_type_get(type);
+			int64_t	 wide = 32768 + 256;
+			void	*zw = calloc(8, tensor_row_bytes(ti, wide));
+
+			m = qmat_create(type, 8, 32768, zw, &cause);
+			ok(m != NULL && qmat_packed_bytes(m) > 0,
+			    "avx2 %s 8x32768: repacked", ti->name);
+			qmat_free(m);
+			m = qmat_create(type, 8, wide, zw, &cause);
+			ok(m != NULL && qmat_packed_bytes(m) == 0,
+			    "avx2 %s 8x%lld: too wide for the tiles, mapped rows kept",
+			    ti->name, (long long)wide);
+			qmat_free(m);
+			free(zw);
+		}
 	}
 	/* bf16 dot products for the float types, where the CPU has them. */
 	if (quant_bf16_dot_supported()) {

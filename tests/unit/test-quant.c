@@ -297,35 +297,55 @@ test_dots(uint32_t type, int isa)
 	free(xq);
 }
 
-/* A variant's activation quantizer gives exactly the portable one's output. */
+/*
+ * A variant's activation quantizer (fill, or pfill for its repacked kernel)
+ * gives exactly the portable one's output for the layout it fills.
+ */
 static void
-test_fill(uint32_t type, int isa)
+test_fill_layout(uint32_t type, int isa, int layout, quant_fill_fn fill, const char *what)
 {
-	struct quant_kernel k = quant_kernel_get(isa, type);
 	int64_t		 cols = 96 * 8 + 32 * 3, i;	/* a partial last group */
 	int		 n = 3;
-	size_t		 bytes = quant_act_bytes(type, k.layout, cols, n) + 64;
+	size_t		 bytes = quant_act_bytes(type, layout, cols, n) + 64;
 	float		*x = malloc(cols * n * sizeof *x);
 	void		*b1 = calloc(1, bytes), *b2 = calloc(1, bytes);
 	struct qact	 a1, a2;
+	size_t		 nq, nbias;
+	int		 t, same = 1;
 
 	for (i = 0; i < cols * n; i++)
 		x[i] = ktu_uniform() * (i % 100 == 0 ? 50 : 1);
 	for (i = 0; i < 32; i++)
 		x[cols + i] = 0;		/* an all-zero block */
-	quant_act_init(&a1, type, k.layout, x, cols, n, b1);
-	quant_act_init(&a2, type, k.layout, x, cols, n, b2);
+	quant_act_init(&a1, type, layout, x, cols, n, b1);
+	quant_act_init(&a2, type, layout, x, cols, n, b2);
 	quant_act_fill(&a1, type, 0, n);
-	k.fill(&a2, type, 0, n);
-	size_t	 nq = (size_t)a1.stride * n;
-	ok(memcmp(a1.q, a2.q, nq) == 0 && memcmp(a1.d, a2.d, nq / 32 * 4) == 0 &&
-	    memcmp(a1.s, a2.s, nq / 32 * 4) == 0 && memcmp(a1.dl, a2.dl, nq / 4 * 4) == 0 &&
-	    memcmp(a1.bias, a2.bias, nq / 4 * 4) == 0,
-	    "%s %s: activation quantizer matches the portable one",
-	    quant_isa_name(isa), tensor_type_name(type));
+	fill(&a2, type, 0, n);
+	nq = (size_t)a1.stride * n;
+	/* The folded layouts keep only their first entries of each token's biases. */
+	nbias = layout == ACT_BLOCK || layout == ACT_PAIR16 ? (size_t)a1.stride / 32 :
+	    layout == ACT_BLOCK16 ? (size_t)a1.stride / 16 : (size_t)a1.stride / 4;
+	for (t = 0; t < n; t++)
+		same &= memcmp(a1.bias + (size_t)t * a1.stride / 4,
+		    a2.bias + (size_t)t * a1.stride / 4, nbias * 4) == 0;
+	ok(same && memcmp(a1.q, a2.q, nq) == 0 && memcmp(a1.d, a2.d, nq / 32 * 4) == 0 &&
+	    memcmp(a1.s, a2.s, nq / 32 * 4) == 0 && memcmp(a1.dl, a2.dl, nq / 4 * 4) == 0,
+	    "%s %s: %s activation quantizer matches the portable one",
+	    quant_isa_name(isa), tensor_type_name(type), what);
 	free(x);
 	free(b1);
 	free(b2);
+}
+
+/* test_fill_layout for a type's kernel, and its repacked kernel's if it has one. */
+static void
+test_fill(uint32_t type, int isa)
+{
+	struct quant_kernel k = quant_kernel_get(isa, type);
+
+	test_fill_layout(type, isa, k.layout, k.fill, "the");
+	if (k.pfill != NULL && k.playout != ACT_F32X && k.playout != ACT_BF16)
+		test_fill_layout(type, isa, k.playout, k.pfill, "the repacked kernel's");
 }
 
 int
