@@ -1,4 +1,4 @@
-/* attn.h: the tiled attention kernel over paged KV (AVX-512 variant). */
+/* attn.h: the tiled attention kernels over paged KV (AVX-512, AVX2). */
 #ifndef PHASED_ATTN_H
 #define PHASED_ATTN_H
 
@@ -52,5 +52,20 @@ size_t	attn_avx512_scratch_floats(int n_tok, int grp, int head_dim);
  * query and the stored keys and values only, never on the rest of the job.
  */
 void	attn_run_avx512(const struct attn_job *, float *scratch);
+
+/*
+ * Floats of scratch attn_run_avx2 needs for jobs of up to n_tok tokens and
+ * grp heads of head_dim.
+ */
+size_t	attn_avx2_scratch_floats(int n_tok, int grp, int head_dim);
+
+/*
+ * Run a job with AVX2 (only after the CPU was checked for AVX2, FMA and
+ * F16C): the AVX-512 kernel's algorithm and guarantees with 256-bit
+ * vectors, so its results differ from that kernel's in the last bits (a
+ * query's still depends on its position, its own query and the stored
+ * keys and values only, never on the rest of the job).
+ */
+void	attn_run_avx2(const struct attn_job *, float *scratch);
 
 #endif

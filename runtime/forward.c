@@ -25,9 +25,10 @@
  * and value back from the cache (after its F16 rounding, new tokens
  * included) and walks the pages of a query's past in position order with
  * an online softmax whose steps fall on the fixed block boundaries (the
- * AVX-512 kernel of attn_avx512.c: on multiples of ATTN_KEY_TILE).  The
- * thread that runs a piece of work never changes how it is computed, and
- * the kernel follows the matrix kernels' variant (quant_isa()).
+ * AVX-512 and AVX2 kernels of attn_avx512.c and attn_avx2.c: on multiples
+ * of ATTN_KEY_TILE).  The thread that runs a piece of work never changes
+ * how it is computed, and the kernel follows the matrix kernels' variant
+ * (quant_isa()).
  */
 
 /* Query tokens of one entry handled by one attention task. */
@@ -71,6 +72,7 @@ struct fwd_ctx {
 	float			*scratch;	/* per thread */
 	size_t			 scratch_floats;
 	int			 avx512;	/* attn_run_avx512 */
+	int			 avx2;		/* attn_run_avx2 */
 };
 
 /*
@@ -306,8 +308,11 @@ attn_scratch_floats(const struct model_info *i)
 	size_t	n = 2 * nq * hd + 9 * nq + 2 * hd * bs + bs;
 	size_t	n512 = attn_avx512_scratch_floats(ATTN_JOB_TOKENS,
 		    (int)(i->n_head / i->n_head_kv), (int)hd);
+	size_t	n256 = attn_avx2_scratch_floats(ATTN_JOB_TOKENS,
+		    (int)(i->n_head / i->n_head_kv), (int)hd);
 
-	return (n > n512 ? n : n512);
+	n = n > n512 ? n : n512;
+	return (n > n256 ? n : n256);
 }
 
 /*
@@ -431,9 +436,9 @@ attn_task_run(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	}
 }
 
-/* Run an attention task with the AVX-512 kernel. */
+/* Run an attention task with the AVX-512 or the AVX2 kernel. */
 static void
-attn_task_avx512(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
+attn_task_tiled(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 {
 	const struct model_info	*mi = &c->m->info;
 	const size_t		 grp = mi->n_head / mi->n_head_kv;
@@ -454,7 +459,10 @@ attn_task_avx512(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	j.qscale = c->m->hp.q_scale;
 	j.cap = c->m->hp.attn_softcap;
 	j.win = c->m->layers[c->layer].swa ? mi->n_swa : 0;
-	attn_run_avx512(&j, scratch);
+	if (c->avx512)
+		attn_run_avx512(&j, scratch);
+	else
+		attn_run_avx2(&j, scratch);
 }
 
 /*
@@ -470,8 +478,8 @@ attn_worker(void *arg, int ith, int nth)
 
 	(void)nth;
 	while ((k = atomic_fetch_add(&c->next, 1)) < c->n_tasks) {
-		if (c->avx512)
-			attn_task_avx512(c, &c->tasks[c->n_tasks - 1 - k], scratch);
+		if (c->avx512 || c->avx2)
+			attn_task_tiled(c, &c->tasks[c->n_tasks - 1 - k], scratch);
 		else
 			attn_task_run(c, &c->tasks[c->n_tasks - 1 - k], scratch);
 	}
@@ -702,6 +710,7 @@ forward_rows(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	c.b = b;
 	c.scratch_floats = attn_scratch_floats(mi);
 	c.avx512 = quant_isa() >= QUANT_ISA_AVX512;
+	c.avx2 = quant_isa() == QUANT_ISA_AVX2;
 
 	/* One allocation for all activations of this call. */
 	nf = (uint64_t)T * (2 * dim + 2 * qd + 2 * kvd + 2 * ff + 2 * nrot) +
@@ -726,7 +735,7 @@ forward_rows(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 	c.row0 = xreallocarray(NULL, b->n_seqs, sizeof *c.row0);
 	c.pos0 = xreallocarray(NULL, b->n_seqs, sizeof *c.pos0);
 	out_rows = xreallocarray(NULL, b->n_seqs, sizeof *out_rows);
-	tile = c.avx512 ? ATTN_JOB_TOKENS : ATTN_TILE;
+	tile = c.avx512 || c.avx2 ? ATTN_JOB_TOKENS : ATTN_TILE;
 	c.n_tasks = 0;
 	for (n = row = 0; n < b->n_seqs; n++) {
 		c.row0[n] = row;

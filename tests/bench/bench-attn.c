@@ -1,10 +1,12 @@
 /*
- * bench-attn.c: speed of the AVX-512 attention kernel over a causal prefill,
- * in thread CPU time (so a busy machine stretches it less than wall time).
+ * bench-attn.c: speed of an attention kernel over a causal prefill, in
+ * thread CPU time (so a busy machine stretches it less than wall time).
  *
- * usage: bench-attn [N_TOKENS [HEAD_DIM [KV_HEADS [GROUP [REPS [TILE]]]]]]
- * (defaults 4096 64 4 8 3 64: the TinyLlama-1.1B shape, F16 KV, pages of
- * 16, query tokens per job as the forward pass cuts them).
+ * usage: bench-attn [-k avx512|avx2] [N_TOKENS [HEAD_DIM [KV_HEADS [GROUP
+ * [REPS [TILE]]]]]]
+ * (defaults: the best kernel the CPU runs, 4096 64 4 8 3 64: the
+ * TinyLlama-1.1B shape, F16 KV, pages of 16, query tokens per job as the
+ * forward pass cuts them).
  */
 #include "config.h"
 
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attn.h"
 #include "kvcache.h"
@@ -30,15 +33,22 @@ cpu_s(void)
 	return (ts.tv_sec + ts.tv_nsec * 1e-9);
 }
 
+/* Print the usage and fail. */
+static int
+usage(void)
+{
+	fprintf(stderr, "usage: bench-attn [-k avx512|avx2] [N_TOKENS "
+	    "[HEAD_DIM [KV_HEADS [GROUP [REPS [TILE]]]]]]\n");
+	return (2);
+}
+
 int
 main(int argc, char **argv)
 {
-	const int		 n = argc > 1 ? atoi(argv[1]) : 4096;
-	const int		 hd = argc > 2 ? atoi(argv[2]) : 64;
-	const int		 nkv = argc > 3 ? atoi(argv[3]) : 4;
-	const int		 grp = argc > 4 ? atoi(argv[4]) : 8;
-	const int		 reps = argc > 5 ? atoi(argv[5]) : 3;
-	const int		 QTILE = argc > 6 ? atoi(argv[6]) : ATTN_JOB_TOKENS;
+	const char		*kern = NULL;
+	int			 n, hd, nkv, grp, reps, QTILE, ch, isa;
+	size_t			(*scratch_floats)(int, int, int);
+	void			(*run)(const struct attn_job *, float *);
 	struct kv_layout	 lay;
 	struct kv_pool		*pool;
 	struct kv_seq		 seq;
@@ -49,13 +59,36 @@ main(int argc, char **argv)
 	size_t			 i, stride;
 	int			 r, t0, g;
 
-	if (n < 1 || hd < 1 || nkv < 1 || grp < 1 || reps < 1 || QTILE < 1) {
-		fprintf(stderr, "usage: bench-attn [N_TOKENS [HEAD_DIM "
-		    "[KV_HEADS [GROUP [REPS [TILE]]]]]]\n");
-		return (2);
+	while ((ch = getopt(argc, argv, "k:")) != -1) {
+		if (ch != 'k')
+			return (usage());
+		kern = optarg;
 	}
-	if (!quant_isa_supported(QUANT_ISA_AVX512)) {
-		printf("bench-attn: the CPU has no AVX-512, nothing to measure\n");
+	argc -= optind;
+	argv += optind;
+	n = argc > 0 ? atoi(argv[0]) : 4096;
+	hd = argc > 1 ? atoi(argv[1]) : 64;
+	nkv = argc > 2 ? atoi(argv[2]) : 4;
+	grp = argc > 3 ? atoi(argv[3]) : 8;
+	reps = argc > 4 ? atoi(argv[4]) : 3;
+	QTILE = argc > 5 ? atoi(argv[5]) : ATTN_JOB_TOKENS;
+	if (n < 1 || hd < 1 || nkv < 1 || grp < 1 || reps < 1 || QTILE < 1)
+		return (usage());
+	if (kern == NULL)
+		kern = quant_isa_supported(QUANT_ISA_AVX512) ? "avx512" : "avx2";
+	if (strcmp(kern, "avx512") == 0) {
+		isa = QUANT_ISA_AVX512;
+		scratch_floats = attn_avx512_scratch_floats;
+		run = attn_run_avx512;
+	} else if (strcmp(kern, "avx2") == 0) {
+		isa = QUANT_ISA_AVX2;
+		scratch_floats = attn_avx2_scratch_floats;
+		run = attn_run_avx2;
+	} else
+		return (usage());
+	if (!quant_isa_supported(isa)) {
+		printf("bench-attn: the CPU has no %s, nothing to measure\n",
+		    kern);
 		return (0);
 	}
 	lay = (struct kv_layout){ 1, (uint32_t)nkv, (uint32_t)hd, 16, KV_TYPE_F16 };
@@ -72,8 +105,7 @@ main(int argc, char **argv)
 	stride = (size_t)nkv * grp * hd;
 	q = malloc((size_t)n * stride * sizeof *q);
 	out = malloc((size_t)n * stride * sizeof *out);
-	scratch = malloc(attn_avx512_scratch_floats(QTILE, grp, hd) *
-	    sizeof *scratch);
+	scratch = malloc(scratch_floats(QTILE, grp, hd) * sizeof *scratch);
 	for (i = 0; i < (size_t)n * stride; i++)
 		q[i] = (float)((i * 40503u) % 1000) / 500.0f - 1.0f;
 	for (i = 0; i < (size_t)n; i++)
@@ -95,16 +127,15 @@ main(int argc, char **argv)
 				j.q = q + (size_t)t0 * stride + (size_t)g * grp * hd;
 				j.out = out + (size_t)t0 * stride + (size_t)g * grp *
 				    hd;
-				attn_run_avx512(&j, scratch);
+				run(&j, scratch);
 			}
 		t = cpu_s() - t;
 		best = t < best ? t : best;
 	}
-	printf("attention prefill of %d tokens, head dim %d, %d KV heads x %d: "
-	    "%.3f s CPU (best of %d, jobs of %d), %.1f GFLOP/s, %.1f us per "
-	    "token per layer\n", n, hd, nkv, grp, best, reps, QTILE,
-	    flops / best * 1e-9,
-	    best / n * 1e6);
+	printf("%s attention prefill of %d tokens, head dim %d, %d KV heads x "
+	    "%d: %.3f s CPU (best of %d, jobs of %d), %.1f GFLOP/s, %.1f us "
+	    "per token per layer\n", kern, n, hd, nkv, grp, best, reps, QTILE,
+	    flops / best * 1e-9, best / n * 1e6);
 	free(scratch);
 	free(out);
 	free(q);

@@ -1,4 +1,4 @@
-/* test-attn.c: the AVX-512 attention kernel against a plain reference. */
+/* test-attn.c: the AVX-512 and AVX2 attention kernels against a reference. */
 #include "config.h"
 
 #include <math.h>
@@ -19,6 +19,14 @@ struct acase {
 	float		 cap;
 	uint32_t	 win;
 	float		 kscale;	/* keys' range; 0: 3 (12 with a cap) */
+};
+
+/* One kernel under test. */
+struct kernel {
+	const char	*name;
+	int		 isa;		/* quant_isa_supported() must say yes */
+	size_t		(*scratch_floats)(int, int, int);
+	void		(*run)(const struct attn_job *, float *);
 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
@@ -117,11 +125,12 @@ reference(const struct kv_pool *pool, const struct kv_seq *seq, int head,
 }
 
 /*
- * Run one case: the queries as one job per KV head, then cut into chunks of
- * 1, 7 and 16 tokens (which must give the same bits), against the reference.
+ * Run one case on kernel kn: the queries as one job per KV head, then cut
+ * into chunks of 1, 7 and 16 tokens (which must give the same bits),
+ * against the reference.
  */
 static void
-run_case(const struct acase *c)
+run_case(const struct kernel *kn, const struct acase *c)
 {
 	static const int	 chunks[] = { 1, 7, 16 };
 	const int		 n_kv = 2, nh = n_kv * c->grp;
@@ -151,7 +160,7 @@ run_case(const struct acase *c)
 	out = malloc((size_t)c->n_tok * stride * sizeof *out);
 	out2 = malloc((size_t)c->n_tok * stride * sizeof *out2);
 	ref = malloc((size_t)c->hd * sizeof *ref);
-	scratch = malloc(attn_avx512_scratch_floats(c->n_tok, c->grp, c->hd) *
+	scratch = malloc(kn->scratch_floats(c->n_tok, c->grp, c->hd) *
 	    sizeof *scratch);
 	for (i = 0; i < c->n_tok * (int)stride; i++)
 		q[i] = frand() * 2.0f;
@@ -170,7 +179,7 @@ run_case(const struct acase *c)
 		j.n_tok = c->n_tok;
 		j.q = q + (size_t)g * c->grp * c->hd;
 		j.out = out + (size_t)g * c->grp * c->hd;
-		attn_run_avx512(&j, scratch);
+		kn->run(&j, scratch);
 	}
 	for (t = 0; t < c->n_tok; t++)
 		for (h = 0; h < nh; h++) {
@@ -184,10 +193,10 @@ run_case(const struct acase *c)
 				mag = fmax(mag, fabs(ref[d]));
 			}
 		}
-	ok(err <= 2e-5 * (mag > 1 ? mag : 1), "hd %d grp %d bs %d %s keys %d "
+	ok(err <= 2e-5 * (mag > 1 ? mag : 1), "%s: hd %d grp %d bs %d %s keys %d "
 	    "queries %d cap %g win %u: within 2e-5 of the reference (%.3g)",
-	    c->hd, c->grp, c->bs, c->f16 ? "F16" : "F32", c->n_keys, c->n_tok,
-	    c->cap, c->win, err);
+	    kn->name, c->hd, c->grp, c->bs, c->f16 ? "F16" : "F32", c->n_keys,
+	    c->n_tok, c->cap, c->win, err);
 
 	for (k = 0; k < 3; k++) {
 		memset(out2, 0xff, (size_t)c->n_tok * stride * sizeof *out2);
@@ -200,12 +209,13 @@ run_case(const struct acase *c)
 				j.q = q + t * stride + (size_t)g * c->grp * c->hd;
 				j.out = out2 + t * stride + (size_t)g * c->grp *
 				    c->hd;
-				attn_run_avx512(&j, scratch);
+				kn->run(&j, scratch);
 			}
 		same &= memcmp(out, out2, (size_t)c->n_tok * stride *
 		    sizeof *out) == 0;
 	}
-	ok(same, "chunks of 1, 7 and 16 queries give the same bits");
+	ok(same, "%s: chunks of 1, 7 and 16 queries give the same bits",
+	    kn->name);
 
 	free(scratch);
 	free(ref);
@@ -235,14 +245,32 @@ main(void)
 		{ 64, 8, 16, 1, 300, 30, 0, 50, 0 },
 		{ 128, 2, 16, 0, 300, 90, 30.0f, 64, 0 },
 		{ 64, 1, 16, 1, 129, 129, 0, 1, 0 },
+		/* head_dim off the vector width: tails and padding */
+		{ 36, 2, 16, 1, 100, 70, 0, 0, 0 },
+		{ 20, 3, 8, 0, 90, 41, 0, 30, 0 },
 		/* scores far apart: e^x of differences below -87 */
 		{ 64, 8, 16, 1, 300, 80, 0, 0, 30.0f },
 	};
-	size_t	i;
+	static const struct kernel kernels[] = {
+		{ "avx512", QUANT_ISA_AVX512, attn_avx512_scratch_floats,
+		    attn_run_avx512 },
+		{ "avx2", QUANT_ISA_AVX2, attn_avx2_scratch_floats,
+		    attn_run_avx2 },
+	};
+	size_t	i, k;
 
-	if (!quant_isa_supported(QUANT_ISA_AVX512))
-		skip_all("the CPU has no AVX-512");
-	for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
-		run_case(&cases[i]);
+	/* AVX-512 comes with AVX2 (see quant_isa_supported()). */
+	if (!quant_isa_supported(QUANT_ISA_AVX2))
+		skip_all("the CPU has no AVX2");
+	for (k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
+		if (!quant_isa_supported(kernels[k].isa)) {
+			diag("the CPU has no %s: its kernel is not tested",
+			    kernels[k].name);
+			continue;
+		}
+		rng = 0x9e3779b97f4a7c15ULL;	/* the same data for each */
+		for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+			run_case(&kernels[k], &cases[i]);
+	}
 	done_testing();
 }
