@@ -617,25 +617,24 @@ q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
  * chains in flight, one pass over the activations); more tokens go a
  * group at a time, which leaves registers for four of them.
  */
-#define PACKED_SHAPES(fn, tile)						\
+#define PACKED_SHAPES(fn, tile, g1)					\
 void									\
 fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
 {									\
 	int	g;							\
 									\
-	if (nr == 1) {							\
-		if (mr > PG)						\
-			tile(pw, cols, r0, 2, mr, a, t0, 1, y, ldy);	\
-		else							\
-			tile(pw, cols, r0, 1, mr, a, t0, 1, y, ldy);	\
-		return;							\
-	}								\
-	for (g = 0; PG * g < mr; g++) {					\
+	for (g = 0; PG * g < mr; g += nr == 1 ? (g1) : 1) {		\
 		int64_t	r = r0 + PG * g;				\
 		int	n = mr - PG * g;				\
 									\
 		switch (nr) {						\
+		case 1:							\
+			if ((g1) == 2 && n > PG)			\
+				tile(pw, cols, r, 2, n, a, t0, 1, y, ldy); \
+			else						\
+				tile(pw, cols, r, 1, n, a, t0, 1, y, ldy); \
+			break;						\
 		case 2: tile(pw, cols, r, 1, n, a, t0, 2, y, ldy); break; \
 		case 3: tile(pw, cols, r, 1, n, a, t0, 3, y, ldy); break; \
 		default: tile(pw, cols, r, 1, n, a, t0, 4, y, ldy); break; \
@@ -643,7 +642,7 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
 	}								\
 }
 
-PACKED_SHAPES(avx2_q4_0_packed, q40_tile)
-PACKED_SHAPES(avx2_q8_0_packed, q80_tile)
-PACKED_SHAPES(avx2_q4_k_packed, q4k_tile)
-PACKED_SHAPES(avx2_q6_k_packed, q6k_tile)
+PACKED_SHAPES(avx2_q4_0_packed, q40_tile, 2)
+PACKED_SHAPES(avx2_q8_0_packed, q80_tile, 2)
+PACKED_SHAPES(avx2_q4_k_packed, q4k_tile, 2)
+PACKED_SHAPES(avx2_q6_k_packed, q6k_tile, 1)
