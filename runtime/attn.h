@@ -41,6 +41,47 @@ struct attn_job {
 };
 
 /*
+ * The rows of job j to step for the key tile at position t0 (a multiple of
+ * ATTN_KEY_TILE): step(arg, r0, nr, lo, hi) for nr rows from row r0 that
+ * see keys lo..hi-1 of it.  Consecutive tokens that see the whole tile go
+ * as one run of rows; the others one token at a time with their own key
+ * range (causal mask, sliding window).  Shared by the kernels so that they
+ * step exactly the same rows.
+ */
+static inline __attribute__((always_inline)) void
+attn_tile_rows(const struct attn_job *j, uint32_t t0,
+    void (*step)(void *, int, int, int, int), void *arg)
+{
+	const uint32_t	kt = ATTN_KEY_TILE, win = j->win;
+	const int	grp = j->grp;
+	uint32_t	p, ws;
+	int		t, run = -1, lo, hi;
+
+	for (t = 0; t < j->n_tok; t++) {
+		p = j->pos0 + (uint32_t)t;
+		ws = win != 0 && p + 1 > win ? p + 1 - win : 0;
+		if (p < t0 || ws >= t0 + kt) {
+			lo = hi = 0;	/* no key of this tile */
+		} else {
+			lo = ws > t0 ? (int)(ws - t0) : 0;
+			hi = p - t0 + 1 < kt ? (int)(p - t0 + 1) : (int)kt;
+		}
+		if (lo == 0 && hi == (int)kt) {
+			if (run < 0)
+				run = t;
+			continue;
+		}
+		if (run >= 0)
+			step(arg, run * grp, (t - run) * grp, 0, (int)kt);
+		run = -1;
+		if (hi > lo)
+			step(arg, t * grp, grp, lo, hi);
+	}
+	if (run >= 0)
+		step(arg, run * grp, (j->n_tok - run) * grp, 0, (int)kt);
+}
+
+/*
  * Floats of scratch attn_run_avx512 needs for jobs of up to n_tok tokens
  * and grp heads of head_dim.
  */

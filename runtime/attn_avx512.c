@@ -281,8 +281,9 @@ struct attn_st {
 
 /* Step nr rows from row r0, all with keys lo..hi-1 of the current tile. */
 static void
-rows_step(struct attn_st *st, int r0, int nr, int lo, int hi)
+rows_step(void *arg, int r0, int nr, int lo, int hi)
 {
+	struct attn_st	*st = arg;
 	const int	hd = st->hd, hdp = st->hdp;
 	int		b, R, c, NV;
 
@@ -435,8 +436,8 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 	const int	 nq = j->n_tok * grp;
 	const uint32_t	 last = j->pos0 + j->n_tok - 1, win = j->win;
 	struct attn_st	 st;
-	uint32_t	 first, t0, p, ws;
-	int		 kt, tn, t, run, r, d, lo, hi;
+	uint32_t	 first, t0;
+	int		 kt, tn, t, r, d;
 	float		*f, l;
 
 	st.j = j;
@@ -481,34 +482,7 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 		if (last >= t0 + KT)
 			prefetch_tile(&st, t0 + KT, last - (t0 + KT) + 1 < KT ?
 			    (int)(last - (t0 + KT) + 1) : KT);
-		/*
-		 * Consecutive tokens that see the whole tile are stepped as
-		 * one run of rows; the others one token at a time with their
-		 * own key range.
-		 */
-		run = -1;
-		for (t = 0; t < j->n_tok; t++) {
-			p = j->pos0 + t;
-			ws = win != 0 && p + 1 > win ? p + 1 - win : 0;
-			if (p < t0 || ws >= t0 + KT) {
-				lo = hi = 0;	/* no key of this tile */
-			} else {
-				lo = ws > t0 ? (int)(ws - t0) : 0;
-				hi = p - t0 + 1 < KT ? (int)(p - t0 + 1) : KT;
-			}
-			if (lo == 0 && hi == KT) {
-				if (run < 0)
-					run = t;
-				continue;
-			}
-			if (run >= 0)
-				rows_step(&st, run * grp, (t - run) * grp, 0, KT);
-			run = -1;
-			if (hi > lo)
-				rows_step(&st, t * grp, grp, lo, hi);
-		}
-		if (run >= 0)
-			rows_step(&st, run * grp, (j->n_tok - run) * grp, 0, KT);
+		attn_tile_rows(j, t0, rows_step, &st);
 	}
 
 	for (t = 0; t < j->n_tok; t++)
