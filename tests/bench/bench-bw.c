@@ -1,5 +1,6 @@
 /*
- * bench-bw: the machine's read bandwidth, the ceiling of batch-1 decode.
+ * bench-bw: the machine's read bandwidth, the ceiling of batch-1 decode,
+ * and its f32 multiply-add rate, the ceiling of F16 and BF16 prefill.
  *
  * usage: bench-bw [-m MiB] [-r reps]
  *
@@ -9,7 +10,9 @@
  * the repacked weights are, on 1 and 2 threads, with and without software
  * prefetch at a few distances, and prints the median GB/s of each.  Each
  * thread reads its own contiguous half, as the matrix kernels read their
- * own rows.
+ * own rows.  Then it times twelve independent chains of vector
+ * multiply-adds (the accumulators of a float tile) on 1 and 2 threads and
+ * prints GFLOP/s: no kernel that multiplies f32 can beat it.
  */
 #include "config.h"
 
@@ -30,6 +33,7 @@ struct part {
 	const uint8_t	*p;
 	size_t		 len;
 	int		 pf;		/* prefetch distance in bytes, 0: none */
+	int		 fma;		/* time the multiply-add loop instead */
 	double		 sum;
 	pthread_barrier_t *bar;
 	double		 secs;
@@ -93,6 +97,62 @@ read_avx2(const uint8_t *p, size_t len, int pf)
 	h = _mm_add_epi64(_mm256_castsi256_si128(a0), _mm256_extracti128_si256(a0, 1));
 	return ((double)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)));
 }
+
+/* Multiply-adds per chain per call of the peak loops. */
+#define FMA_ITERS	20000000L
+
+/*
+ * Twelve chains of iters 16-wide multiply-adds; the empty asm keeps the
+ * compiler from merging the chains, which all compute the same values.
+ */
+__attribute__((target("avx512f")))
+static double
+fma_avx512(long iters)
+{
+	__m512	w = _mm512_set1_ps(0.999f), x = _mm512_set1_ps(1e-3f);
+	__m512	a0 = _mm512_set1_ps(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+	__m512	a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+	long	i;
+
+	for (i = 0; i < iters; i++) {
+		a0 = _mm512_fmadd_ps(w, x, a0); a1 = _mm512_fmadd_ps(w, x, a1);
+		a2 = _mm512_fmadd_ps(w, x, a2); a3 = _mm512_fmadd_ps(w, x, a3);
+		a4 = _mm512_fmadd_ps(w, x, a4); a5 = _mm512_fmadd_ps(w, x, a5);
+		a6 = _mm512_fmadd_ps(w, x, a6); a7 = _mm512_fmadd_ps(w, x, a7);
+		a8 = _mm512_fmadd_ps(w, x, a8); a9 = _mm512_fmadd_ps(w, x, a9);
+		a10 = _mm512_fmadd_ps(w, x, a10); a11 = _mm512_fmadd_ps(w, x, a11);
+		__asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4),
+		    "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10),
+		    "+v"(a11));
+	}
+	a0 = _mm512_add_ps(_mm512_add_ps(a0, a11), _mm512_add_ps(a5, a6));
+	return ((double)_mm512_reduce_add_ps(a0));
+}
+
+/* fma_avx512 8 wide. */
+__attribute__((target("avx2,fma")))
+static double
+fma_avx2(long iters)
+{
+	__m256	w = _mm256_set1_ps(0.999f), x = _mm256_set1_ps(1e-3f);
+	__m256	a0 = _mm256_set1_ps(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+	__m256	a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+	long	i;
+
+	for (i = 0; i < iters; i++) {
+		a0 = _mm256_fmadd_ps(w, x, a0); a1 = _mm256_fmadd_ps(w, x, a1);
+		a2 = _mm256_fmadd_ps(w, x, a2); a3 = _mm256_fmadd_ps(w, x, a3);
+		a4 = _mm256_fmadd_ps(w, x, a4); a5 = _mm256_fmadd_ps(w, x, a5);
+		a6 = _mm256_fmadd_ps(w, x, a6); a7 = _mm256_fmadd_ps(w, x, a7);
+		a8 = _mm256_fmadd_ps(w, x, a8); a9 = _mm256_fmadd_ps(w, x, a9);
+		a10 = _mm256_fmadd_ps(w, x, a10); a11 = _mm256_fmadd_ps(w, x, a11);
+		__asm__("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4),
+		    "+x"(a5), "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10),
+		    "+x"(a11));
+	}
+	a0 = _mm256_add_ps(_mm256_add_ps(a0, a11), _mm256_add_ps(a5, a6));
+	return ((double)_mm256_cvtss_f32(a0));
+}
 #endif
 
 /* Sum len bytes eight at a time (no AVX-512). */
@@ -118,7 +178,11 @@ part_run(void *arg)
 	pthread_barrier_wait(pt->bar);
 	t0 = mono_ns();
 #if defined(__x86_64__)
-	if (__builtin_cpu_supports("avx512f"))
+	if (pt->fma && __builtin_cpu_supports("avx512f"))
+		pt->sum = fma_avx512(FMA_ITERS);
+	else if (pt->fma)
+		pt->sum = fma_avx2(FMA_ITERS);
+	else if (__builtin_cpu_supports("avx512f"))
 		pt->sum = read_avx512(pt->p, pt->len, pt->pf);
 	else if (__builtin_cpu_supports("avx2"))
 		pt->sum = read_avx2(pt->p, pt->len, pt->pf);
@@ -129,9 +193,12 @@ part_run(void *arg)
 	return (NULL);
 }
 
-/* One pass of nth threads over the buffer; GB/s (wall time of the slowest). */
+/*
+ * One pass of nth threads over the buffer, GB/s, or with fma set of the
+ * multiply-add loop, GFLOP/s (wall time of the slowest).
+ */
 static double
-pass(const uint8_t *buf, size_t len, int nth, int pf)
+pass(const uint8_t *buf, size_t len, int nth, int pf, int fma)
 {
 	pthread_t		 th[2];
 	struct part		 pt[2];
@@ -144,6 +211,7 @@ pass(const uint8_t *buf, size_t len, int nth, int pf)
 		pt[i].p = buf + (size_t)i * (len / nth);
 		pt[i].len = len / nth;
 		pt[i].pf = pf;
+		pt[i].fma = fma;
 		pt[i].bar = &bar;
 		if (i > 0)
 			pthread_create(&th[i], NULL, part_run, &pt[i]);
@@ -156,6 +224,8 @@ pass(const uint8_t *buf, size_t len, int nth, int pf)
 	pthread_barrier_destroy(&bar);
 	if (pt[0].sum == 1.0)	/* keep the sums alive */
 		fputc(' ', stderr);
+	if (fma)
+		return ((double)FMA_ITERS * 12 * fma * 2 * nth / worst / 1e9);
 	return ((double)len / worst / 1e9);
 }
 
@@ -209,13 +279,30 @@ main(int argc, char **argv)
 	for (nth = 1; nth <= 2; nth++) {
 		for (k = 0; k < (int)(sizeof pfs / sizeof pfs[0]); k++) {
 			for (r = 0; r < reps; r++)
-				gb[r] = pass(buf, len, nth, pfs[k]);
+				gb[r] = pass(buf, len, nth, pfs[k], 0);
 			qsort(gb, reps, sizeof gb[0], cmp_double);
 			printf("%-8d %-12d %8.2f %8.2f %8.2f\n", nth, pfs[k],
 			    gb[reps / 2], gb[0], gb[reps - 1]);
 			fflush(stdout);
 		}
 	}
+#if defined(__x86_64__)
+	/* The lanes of the widest multiply-add the CPU has. */
+	int lanes = __builtin_cpu_supports("avx512f") ? 16 :
+	    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8 : 0;
+	if (lanes > 0) {
+		printf("\n%-8s %-12s %8s %8s %8s\n", "threads", "f32 fma", "median",
+		    "min", "max");
+		for (nth = 1; nth <= 2; nth++) {
+			for (r = 0; r < reps; r++)
+				gb[r] = pass(buf, len, nth, 0, lanes);
+			qsort(gb, reps, sizeof gb[0], cmp_double);
+			printf("%-8d %-12s %8.1f %8.1f %8.1f  GFLOP/s\n", nth,
+			    lanes == 16 ? "avx512" : "avx2", gb[reps / 2], gb[0],
+			    gb[reps - 1]);
+		}
+	}
+#endif
 	free(buf);
 	return (0);
 }
