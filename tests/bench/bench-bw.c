@@ -102,57 +102,36 @@ read_avx2(const uint8_t *p, size_t len, int pf)
 #define FMA_ITERS	20000000L
 
 /*
- * Twelve chains of iters 16-wide multiply-adds; the empty asm keeps the
- * compiler from merging the chains, which all compute the same values.
+ * fn(iters): twelve chains of iters multiply-adds on vectors of type vec
+ * (ISA isa); the empty asm keeps the compiler from merging the chains,
+ * which all compute the same values.  Returns a sum that keeps them live.
  */
-__attribute__((target("avx512f")))
-static double
-fma_avx512(long iters)
-{
-	__m512	w = _mm512_set1_ps(0.999f), x = _mm512_set1_ps(1e-3f);
-	__m512	a0 = _mm512_set1_ps(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-	__m512	a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-	long	i;
-
-	for (i = 0; i < iters; i++) {
-		a0 = _mm512_fmadd_ps(w, x, a0); a1 = _mm512_fmadd_ps(w, x, a1);
-		a2 = _mm512_fmadd_ps(w, x, a2); a3 = _mm512_fmadd_ps(w, x, a3);
-		a4 = _mm512_fmadd_ps(w, x, a4); a5 = _mm512_fmadd_ps(w, x, a5);
-		a6 = _mm512_fmadd_ps(w, x, a6); a7 = _mm512_fmadd_ps(w, x, a7);
-		a8 = _mm512_fmadd_ps(w, x, a8); a9 = _mm512_fmadd_ps(w, x, a9);
-		a10 = _mm512_fmadd_ps(w, x, a10); a11 = _mm512_fmadd_ps(w, x, a11);
-		__asm__("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4),
-		    "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10),
-		    "+v"(a11));
-	}
-	a0 = _mm512_add_ps(_mm512_add_ps(a0, a11), _mm512_add_ps(a5, a6));
-	return ((double)_mm512_reduce_add_ps(a0));
+#define FMA_PEAK(fn, isa, vec, set1, fmadd, con)			\
+__attribute__((target(isa)))						\
+static double								\
+fn(long iters)								\
+{									\
+	vec	w = set1(0.999f), x = set1(1e-3f), a0 = set1(0), a1 = a0; \
+	vec	a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;	\
+	vec	a8 = a0, a9 = a0, a10 = a0, a11 = a0;			\
+	long	i;							\
+									\
+	for (i = 0; i < iters; i++) {					\
+		a0 = fmadd(w, x, a0); a1 = fmadd(w, x, a1);		\
+		a2 = fmadd(w, x, a2); a3 = fmadd(w, x, a3);		\
+		a4 = fmadd(w, x, a4); a5 = fmadd(w, x, a5);		\
+		a6 = fmadd(w, x, a6); a7 = fmadd(w, x, a7);		\
+		a8 = fmadd(w, x, a8); a9 = fmadd(w, x, a9);		\
+		a10 = fmadd(w, x, a10); a11 = fmadd(w, x, a11);		\
+		__asm__("" : con(a0), con(a1), con(a2), con(a3), con(a4), \
+		    con(a5), con(a6), con(a7), con(a8), con(a9), con(a10), \
+		    con(a11));						\
+	}								\
+	return ((double)(a0[0] + a5[1] + a6[2] + a11[3]));		\
 }
 
-/* fma_avx512 8 wide. */
-__attribute__((target("avx2,fma")))
-static double
-fma_avx2(long iters)
-{
-	__m256	w = _mm256_set1_ps(0.999f), x = _mm256_set1_ps(1e-3f);
-	__m256	a0 = _mm256_set1_ps(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-	__m256	a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-	long	i;
-
-	for (i = 0; i < iters; i++) {
-		a0 = _mm256_fmadd_ps(w, x, a0); a1 = _mm256_fmadd_ps(w, x, a1);
-		a2 = _mm256_fmadd_ps(w, x, a2); a3 = _mm256_fmadd_ps(w, x, a3);
-		a4 = _mm256_fmadd_ps(w, x, a4); a5 = _mm256_fmadd_ps(w, x, a5);
-		a6 = _mm256_fmadd_ps(w, x, a6); a7 = _mm256_fmadd_ps(w, x, a7);
-		a8 = _mm256_fmadd_ps(w, x, a8); a9 = _mm256_fmadd_ps(w, x, a9);
-		a10 = _mm256_fmadd_ps(w, x, a10); a11 = _mm256_fmadd_ps(w, x, a11);
-		__asm__("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4),
-		    "+x"(a5), "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10),
-		    "+x"(a11));
-	}
-	a0 = _mm256_add_ps(_mm256_add_ps(a0, a11), _mm256_add_ps(a5, a6));
-	return ((double)_mm256_cvtss_f32(a0));
-}
+FMA_PEAK(fma_avx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, "+v")
+FMA_PEAK(fma_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, "+x")
 #endif
 
 /* Sum len bytes eight at a time (no AVX-512). */
