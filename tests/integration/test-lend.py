@@ -34,9 +34,12 @@ def lent(d):
 
 
 def affinities(pid):
-    """Cpus_allowed_list of each thread of a process."""
+    """Cpus_allowed_list of each thread of a process, the main thread (tid
+    pid) first, the others in tid order (as numbers: '10001' sorts before
+    '9987' as text)."""
     out = []
-    for t in sorted(os.listdir("/proc/%d/task" % pid)):
+    tids = sorted(int(t) for t in os.listdir("/proc/%d/task" % pid))
+    for t in [pid] + [t for t in tids if t != pid]:
         with open("/proc/%d/task/%s/status" % (pid, t)) as f:
             for line in f:
                 if line.startswith("Cpus_allowed_list:"):
