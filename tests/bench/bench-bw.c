@@ -33,7 +33,7 @@ struct part {
 	const uint8_t	*p;
 	size_t		 len;
 	int		 pf;		/* prefetch distance in bytes, 0: none */
-	int		 fma;		/* time the multiply-add loop instead */
+	int		 fma;		/* 16 or 8: time that multiply-add loop */
 	double		 sum;
 	pthread_barrier_t *bar;
 	double		 secs;
@@ -157,9 +157,9 @@ part_run(void *arg)
 	pthread_barrier_wait(pt->bar);
 	t0 = mono_ns();
 #if defined(__x86_64__)
-	if (pt->fma && __builtin_cpu_supports("avx512f"))
+	if (pt->fma == 16)
 		pt->sum = fma_avx512(FMA_ITERS);
-	else if (pt->fma)
+	else if (pt->fma == 8)
 		pt->sum = fma_avx2(FMA_ITERS);
 	else if (__builtin_cpu_supports("avx512f"))
 		pt->sum = read_avx512(pt->p, pt->len, pt->pf);
@@ -173,8 +173,8 @@ part_run(void *arg)
 }
 
 /*
- * One pass of nth threads over the buffer, GB/s, or with fma set of the
- * multiply-add loop, GFLOP/s (wall time of the slowest).
+ * One pass of nth threads over the buffer, GB/s, or with fma (its lanes)
+ * of the multiply-add loop, GFLOP/s (wall time of the slowest).
  */
 static double
 pass(const uint8_t *buf, size_t len, int nth, int pf, int fma)
