@@ -142,9 +142,14 @@ q40_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 
 #pragma GCC unroll 2
 		for (g = 0; g < mg; g++) {
+			/*
+			 * Every line of the block: one prefetch per 144-byte
+			 * block left every other line waiting on memory.
+			 */
 			if (nr == 1)
-				_mm_prefetch((const char *)gp[g] + (size_t)b * Q4BLK +
-				    AVX2_PF_DECODE, _MM_HINT_T0);
+				for (k = 0; k < Q4BLK; k += 64)
+					_mm_prefetch((const char *)gp[g] + (size_t)b * Q4BLK +
+					    AVX2_PF_DECODE + k, _MM_HINT_T0);
 #pragma GCC unroll 4
 			for (j = 0; j < nr; j++)
 				is[g][j] = _mm256_setzero_si256();
