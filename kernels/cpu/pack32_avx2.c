@@ -240,9 +240,7 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 			const uint8_t *p = gp[g] + (size_t)b * BLK(kind);
 
 			if (nr == 1)
-				for (k = 0; k < BLK(kind); k += 64)
-					_mm_prefetch((const char *)p + AVX2_PF_DECODE + k,
-					    _MM_HINT_T0);
+				avx2_prefetch_block(p, BLK(kind));
 			h[g] = IS_Q5(kind) ? _mm256_loadu_si256((const __m256i *)(p +
 			    OFF_Q(kind) + 128)) : _mm256_setzero_si256();
 #pragma GCC unroll 4

@@ -142,14 +142,8 @@ q40_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 
 #pragma GCC unroll 2
 		for (g = 0; g < mg; g++) {
-			/*
-			 * Every line of the block: one prefetch per 144-byte
-			 * block left every other line waiting on memory.
-			 */
 			if (nr == 1)
-				for (k = 0; k < Q4BLK; k += 64)
-					_mm_prefetch((const char *)gp[g] + (size_t)b * Q4BLK +
-					    AVX2_PF_DECODE + k, _MM_HINT_T0);
+				avx2_prefetch_block(gp[g] + (size_t)b * Q4BLK, Q4BLK);
 #pragma GCC unroll 4
 			for (j = 0; j < nr; j++)
 				is[g][j] = _mm256_setzero_si256();
@@ -242,9 +236,7 @@ q80_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 #pragma GCC unroll 2
 		for (g = 0; g < mg; g++) {
 			if (nr == 1)
-				for (k = 0; k < Q8BLK; k += 64)
-					_mm_prefetch((const char *)gp[g] + (size_t)b * Q8BLK +
-					    AVX2_PF_DECODE + k, _MM_HINT_T0);
+				avx2_prefetch_block(gp[g] + (size_t)b * Q8BLK, Q8BLK);
 #pragma GCC unroll 4
 			for (j = 0; j < nr; j++)
 				is[g][j] = _mm256_setzero_si256();
@@ -328,9 +320,7 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
 			if (nr == 1)
-				for (k = 0; k < K4BLK; k += 64)
-					_mm_prefetch((const char *)p + AVX2_PF_DECODE + k,
-					    _MM_HINT_T0);
+				avx2_prefetch_block(p, K4BLK);
 			dd[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 			dm[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
 		}
@@ -552,9 +542,7 @@ q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 				    (p + Q6SC + 16 * m)));
 
 				if (nr == 1)
-					for (k = 0; k < 256; k += 64)
-						_mm_prefetch((const char *)p + Q6Q + Q6BLK * m +
-						    AVX2_PF_DECODE + k, _MM_HINT_T0);
+					avx2_prefetch_block(p + Q6Q + Q6BLK * m, 256);
 				/* Each row's scale in both 16-bit halves of its lane. */
 				sc[g][0] = _mm256_blend_epi16(pr, _mm256_slli_epi32(pr, 16), 0xaa);
 				sc[g][1] = _mm256_blend_epi16(pr, _mm256_srli_epi32(pr, 16), 0x55);

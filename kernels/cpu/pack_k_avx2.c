@@ -479,7 +479,7 @@ kx_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 	const int32_t	*xb[NR];
 	__m256		 acc[2][NR];
 	int64_t		 b;
-	int		 g, t, j, k;
+	int		 g, t, j;
 
 #pragma GCC unroll 2
 	for (g = 0; g < mg; g++) {
@@ -503,9 +503,7 @@ kx_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 			const uint8_t *p = gp[g] + (size_t)b * KBLK(kind);
 
 			if (nr == 1)
-				for (k = 0; k < KBLK(kind); k += 64)
-					_mm_prefetch((const char *)p + AVX2_PF_DECODE + k,
-					    _MM_HINT_T0);
+				avx2_prefetch_block(p, KBLK(kind));
 			dd[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 			dm[g] = mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)
 			    (p + 16))) : _mm256_setzero_ps();
