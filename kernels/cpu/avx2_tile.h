@@ -39,6 +39,10 @@ avx2_store_rows(float *y, __m256 v, int n)
  * block at p that a single token's tile reads next.  One prefetch per
  * block, when a block is longer than a line, leaves the other lines
  * waiting on memory (the packed Q4_0 tile did, with 144-byte blocks).
+ * Tiles whose super-blocks are longer than a few lines ask for each
+ * 32-element block's codes just before it, not a whole super-block at
+ * once: a burst of 20-46 prefetches per super-block made one-token Q5_K
+ * slower than no prefetch at all on a 2-core Zen 3.
  */
 static inline __attribute__((always_inline)) void
 avx2_prefetch_block(const void *p, int n)

@@ -319,8 +319,8 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
-			if (nr == 1)
-				avx2_prefetch_block(p, K4BLK);
+			if (nr == 1)	/* the header; codes per pair of blocks */
+				avx2_prefetch_block(p, K4HDR);
 			dd[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 			dm[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
 		}
@@ -329,6 +329,9 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 			const int64_t	 e = 256 * b + 32 * sub;
 			__m256i		 is[2][PACK2_NR];
 
+			for (g = 0; nr == 1 && (sub & 1) == 0 && g < mg; g++)
+				avx2_prefetch_block(gp[g] + (size_t)b * K4BLK + K4HDR +
+				    256 * (sub >> 1), 256);
 #pragma GCC unroll 2
 			for (g = 0; g < mg; g++)
 #pragma GCC unroll 4

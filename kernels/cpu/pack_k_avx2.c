@@ -502,8 +502,8 @@ kx_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * KBLK(kind);
 
-			if (nr == 1)
-				avx2_prefetch_block(p, KBLK(kind));
+			if (nr == 1)	/* the header; codes block by block */
+				avx2_prefetch_block(p, KQ(kind));
 			dd[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 			dm[g] = mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)
 			    (p + 16))) : _mm256_setzero_ps();
@@ -521,6 +521,8 @@ kx_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 				const uint8_t *p = gp[g] + (size_t)b * KBLK(kind);
 
 				q[g] = p + KQ(kind) + KCB(kind) * j;
+				if (nr == 1)
+					avx2_prefetch_block(q[g], KCB(kind));
 				kscales(kind, p, j, &sc[g], &mn[g]);
 			}
 			/*
