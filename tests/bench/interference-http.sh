@@ -25,6 +25,8 @@
 # median and largest time between tokens, the long prompt's time to first
 # token and the goodput (requests meeting TBT 150 ms and TTFT 10 s per
 # second), with the spread (min-max) of the largest gap and of the TTFT.
+# A round in which the client saw a request fail (an error, or a stream
+# that ended without a token) is left out of the medians, with a note.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,7 +50,7 @@ while getopts b:m:l:r:t:p:c:L:e: opt; do
 	c) chat=$OPTARG ;;
 	L) long=$OPTARG ;;
 	e) every=$OPTARG ;;
-	*) sed -n '2,27p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,29p' "$0" >&2; exit 2 ;;
 	esac
 done
 for p in phased phasectl; do
@@ -161,6 +163,11 @@ for f in sorted(glob.glob(os.path.join(d, "*-r*.json"))):
     try:
         j = json.load(open(f))
     except ValueError:
+        continue
+    if j.get("errors", 0) > 0:
+        # A request that failed (an empty stream counts) has no TTFT or gaps.
+        print("%s: left out, %d request(s) failed" % (os.path.basename(f),
+            j["errors"]), file=sys.stderr)
         continue
     i = j["interference"]
     rows[label].append((i["chat_tbt"]["p50"], i["chat_tbt"]["max"],
