@@ -544,8 +544,6 @@ q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 				__m256i pr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)
 				    (p + Q6SC + 16 * m)));
 
-				if (nr == 1)
-					avx2_prefetch_block(p + Q6Q + Q6BLK * m, 256);
 				/* Each row's scale in both 16-bit halves of its lane. */
 				sc[g][0] = _mm256_blend_epi16(pr, _mm256_slli_epi32(pr, 16), 0xaa);
 				sc[g][1] = _mm256_blend_epi16(pr, _mm256_srli_epi32(pr, 16), 0x55);
