@@ -271,6 +271,33 @@ kp_scales(const enum pkind kind, const uint8_t *p, const int sub, __m512 dd, __m
 	}
 }
 
+/* Bytes before the codes of a packed super-block, per type. */
+#define KQ(kind)	((kind) == P_Q2_K ? K2_Q : (kind) == P_Q3_K ? K3_Q :	\
+			    (kind) == P_Q5_K ? K5_Q : KX_Q)
+
+/* Prefetch the codes of the 32 elements from sub-block sub on (one token). */
+AI void
+kp_prefetch_codes(const enum pkind kind, const uint8_t *p, const int sub)
+{
+	switch (kind) {
+	case P_Q2_K:
+		avx512_prefetch_decode(p + K2_Q + 64 * sub, 128);
+		break;
+	case P_Q3_K:
+		avx512_prefetch_decode(p + K3_Q + 64 * sub, 128);
+		avx512_prefetch_decode(p + K3_H + 32 * sub, 64);
+		break;
+	case P_Q5_K:
+		if ((sub & 1) == 0)	/* a pair's nibbles share their bytes */
+			avx512_prefetch_decode(p + K5_Q + 256 * sub, 512);
+		avx512_prefetch_decode(p + K5_H + 64 * sub, 64);
+		break;
+	default:
+		avx512_prefetch_decode(p + KX_Q + 256 * sub, 256);
+		break;
+	}
+}
+
 /* One packed tile: mg groups of 16 rows by nr tokens (compile-time). */
 AI void
 kp_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, const int mg,
@@ -312,10 +339,16 @@ kp_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * KBLK(kind);
 
-			/* The next super-block of this group: one stream per group. */
-			for (k = 0; k < KBLK(kind); k += 64)
-				_mm_prefetch((const char *)p + (nr > 1 ? KBLK(kind) :
-				    PF_DECODE) + k, _MM_HINT_T0);
+			/*
+			 * The next super-block of this group: one stream per
+			 * group.  One token: the header, then codes as reached.
+			 */
+			if (nr == 1)
+				avx512_prefetch_decode(p, KQ(kind));
+			else
+				for (k = 0; k < KBLK(kind); k += 64)
+					_mm_prefetch((const char *)p + KBLK(kind) + k,
+					    _MM_HINT_T0);
 			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 			dm[g] = mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)
 			    (p + 32))) : _mm512_setzero_ps();
@@ -331,6 +364,9 @@ kp_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++) {
+					if (nr == 1 && (!sub16 || h2 == 0))
+						kp_prefetch_codes(kind, gp[g] +
+						    (size_t)b * KBLK(kind), sub);
 					kp_scales(kind, gp[g] + (size_t)b * KBLK(kind), sub,
 					    dd[g], dm[g], &ws[g], &wm[g]);
 #pragma GCC unroll 6

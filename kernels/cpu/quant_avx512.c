@@ -1298,13 +1298,16 @@ avx512_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_
 	return (quant_pack_q4_k(w, rb, rows, cols, PG, dst));
 }
 
-/* Prefetch a packed Q4_K super-block's stream ahead; load its rows' d and dmin. */
+/*
+ * Prefetch n bytes of a packed Q4_K super-block's stream ahead; load its
+ * rows' d and dmin.
+ */
 AI void
-q4k_head(const uint8_t *p, const int ahead, __m512 *dd, __m512 *dm)
+q4k_head(const uint8_t *p, const int ahead, const int n, __m512 *dd, __m512 *dm)
 {
 	int	k;
 
-	for (k = 0; k < K4BLK; k += 64)
+	for (k = 0; k < n; k += 64)
 		_mm_prefetch((const char *)p + ahead + k, _MM_HINT_T0);
 	*dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 	*dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
@@ -1353,16 +1356,20 @@ q4k_packed_one(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
-			q4k_head(p, PF_DECODE, &dd[g], &dm[g]);
+			q4k_head(p, PF_DECODE, K4HDR, &dd[g], &dm[g]);
 		}
 		for (sp = 0; sp < 4; sp++) {
 			const int64_t	 e = 256 * b + 64 * sp;
 			__m512i		 ic[PMR][4];
 
 #pragma GCC unroll 2
-			for (g = 0; g < mg; g++)
+			for (g = 0; g < mg; g++) {
+				/* The pair's codes, just before they are read. */
+				avx512_prefetch_decode(gp[g] + (size_t)b * K4BLK + K4HDR +
+				    512 * sp, 512);
 				ic[g][0] = ic[g][1] = ic[g][2] = ic[g][3] =
 				    _mm512_setzero_si512();
+			}
 #pragma GCC unroll 8
 			for (k = 0; k < 8; k++) {
 				const __m512i	xl = bcast4(xq + e + 4 * k);
@@ -1446,7 +1453,7 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
-			q4k_head(p, K4BLK, &dd[g], &dm[g]);
+			q4k_head(p, K4BLK, K4BLK, &dd[g], &dm[g]);
 		}
 		for (sub = 0; sub < 8; sub++) {
 			const int64_t	 e = 256 * b + 32 * sub;
@@ -1644,9 +1651,12 @@ q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * K6BLK;
 
-			for (k = 0; k < K6BLK; k += 64)
-				_mm_prefetch((const char *)p + (nr > 1 ? K6BLK : PF_DECODE) + k,
-				    _MM_HINT_T0);
+			/* One token: the header, then codes as first reached. */
+			if (nr == 1)
+				avx512_prefetch_decode(p, K6HDR);
+			else
+				for (k = 0; k < K6BLK; k += 64)
+					_mm_prefetch((const char *)p + K6BLK + k, _MM_HINT_T0);
 			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 		}
 		/*
@@ -1666,6 +1676,11 @@ q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++) {
+					/* Codes sub-blocks 0-7 read first (see K6N). */
+					if (nr == 1 && sub < 8)
+						avx512_prefetch_decode(gp[g] + (size_t)b * K6BLK +
+						    (sub < 4 ? K6HDR + 512 * sub : K6HDR + 2048 +
+						    256 * (sub - 4)), sub < 4 ? 512 : 256);
 					sc[g] = _mm512_cvtepi8_epi32(_mm_loadu_si128(
 					    (const __m128i *)(gp[g] + (size_t)b * K6BLK + 32 +
 					    16 * sub)));
