@@ -19,6 +19,7 @@
 
 #include <phased/policy.h>
 
+#if defined(EVIL_CTOR) || defined(EVIL_OPEN)
 /* Create the file the test watches for; the sandbox must stop this. */
 static void
 evil_touch(void)
@@ -34,6 +35,7 @@ evil_touch(void)
 		close(fd);
 	}
 }
+#endif
 
 #ifdef EVIL_HANG
 /* Runs when the object is loaded, and never ends. */
