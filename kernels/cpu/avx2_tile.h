@@ -42,9 +42,9 @@ avx2_store_rows(float *y, __m256 v, int n)
  * Tiles whose super-blocks are longer than a few lines ask for each
  * 32-element block's codes just before it, not a whole super-block at
  * once: a burst of 20-46 prefetches per super-block made one-token Q5_K
- * slower than no prefetch at all on a 2-core Zen 3.  The Q6_K tile, with
- * the most arithmetic per byte, prefetches nothing: there it was 3-16%
- * faster without (12 rounds on two days), Q4_0 and Q5_0 slower.
+ * slower than no prefetch at all on a 2-core Zen 3.  The Q6_K tile
+ * prefetches nothing: there it was 3-16% faster without (12 rounds on two
+ * days), where Q4_0 and Q5_0 were slower without.
  */
 static inline __attribute__((always_inline)) void
 avx2_prefetch_block(const void *p, int n)
