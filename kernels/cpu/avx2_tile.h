@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include "pack_avx2.h"
+#include "prefetch.h"
 
 /*
  * v, as the compiler must have it here: an empty asm that keeps a tile's
@@ -35,24 +36,15 @@ avx2_store_rows(float *y, __m256 v, int n)
 }
 
 /*
- * Prefetch, AVX2_PF_DECODE bytes ahead, every 64-byte line of the n-byte
- * block at p that a single token's tile reads next.  One prefetch per
- * block, when a block is longer than a line, leaves the other lines
- * waiting on memory (the packed Q4_0 tile did, with 144-byte blocks).
- * Tiles whose super-blocks are longer than a few lines ask for each
- * 32-element block's codes just before it, not a whole super-block at
- * once: a burst of 20-46 prefetches per super-block made one-token Q5_K
- * slower than no prefetch at all on a 2-core Zen 3.  The Q6_K tile
+ * Prefetch, AVX2_PF_DECODE bytes ahead, the n-byte block at p that a
+ * single token's tile reads next (see prefetch_lines).  The Q6_K tile
  * prefetches nothing: there it was 3-16% faster without (12 rounds on two
  * days), where Q4_0 and Q5_0 were slower without.
  */
 static inline __attribute__((always_inline)) void
 avx2_prefetch_block(const void *p, int n)
 {
-	int	k;
-
-	for (k = 0; k < n; k += 64)
-		_mm_prefetch((const char *)p + AVX2_PF_DECODE + k, _MM_HINT_T0);
+	prefetch_lines(p, AVX2_PF_DECODE, n);
 }
 
 #endif

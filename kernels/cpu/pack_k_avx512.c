@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "pack_k_avx512.h"
+#include "prefetch.h"
 #include "quant.h"
 #include "tile_dispatch.h"
 
@@ -281,19 +282,19 @@ kp_prefetch_codes(const enum pkind kind, const uint8_t *p, const int sub)
 {
 	switch (kind) {
 	case P_Q2_K:
-		avx512_prefetch_decode(p + K2_Q + 64 * sub, 128);
+		prefetch_lines(p + K2_Q + 64 * sub, PF_DECODE, 128);
 		break;
 	case P_Q3_K:
-		avx512_prefetch_decode(p + K3_Q + 64 * sub, 128);
-		avx512_prefetch_decode(p + K3_H + 32 * sub, 64);
+		prefetch_lines(p + K3_Q + 64 * sub, PF_DECODE, 128);
+		prefetch_lines(p + K3_H + 32 * sub, PF_DECODE, 64);
 		break;
 	case P_Q5_K:
 		if ((sub & 1) == 0)	/* a pair's nibbles share their bytes */
-			avx512_prefetch_decode(p + K5_Q + 256 * sub, 512);
-		avx512_prefetch_decode(p + K5_H + 64 * sub, 64);
+			prefetch_lines(p + K5_Q + 256 * sub, PF_DECODE, 512);
+		prefetch_lines(p + K5_H + 64 * sub, PF_DECODE, 64);
 		break;
 	default:
-		avx512_prefetch_decode(p + KX_Q + 256 * sub, 256);
+		prefetch_lines(p + KX_Q + 256 * sub, PF_DECODE, 256);
 		break;
 	}
 }
@@ -344,11 +345,9 @@ kp_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 			 * group.  One token: the header, then codes as reached.
 			 */
 			if (nr == 1)
-				avx512_prefetch_decode(p, KQ(kind));
+				prefetch_lines(p, PF_DECODE, KQ(kind));
 			else
-				for (k = 0; k < KBLK(kind); k += 64)
-					_mm_prefetch((const char *)p + KBLK(kind) + k,
-					    _MM_HINT_T0);
+				prefetch_lines(p, KBLK(kind), KBLK(kind));
 			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 			dm[g] = mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)
 			    (p + 32))) : _mm512_setzero_ps();

@@ -2,7 +2,6 @@
 #ifndef PHASED_PACK_K_AVX512_H
 #define PHASED_PACK_K_AVX512_H
 
-#include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,23 +24,6 @@
  * less for the K-quants).
  */
 #define PF_DECODE	8192
-
-/*
- * Prefetch, PF_DECODE bytes ahead, every 64-byte line of the n bytes at p
- * that a one-token tile reads next.  The K-type tiles ask for a
- * super-block's header at its start and for each 32-element block's codes
- * just before it, not for the whole super-block at once: on a 2-core
- * Zen 3 such a burst (20-46 lines there, 37-53 per group here) made
- * one-token Q5_K slower than no prefetch at all.
- */
-static inline __attribute__((always_inline)) void
-avx512_prefetch_decode(const void *p, int n)
-{
-	int	k;
-
-	for (k = 0; k < n; k += 64)
-		_mm_prefetch((const char *)p + PF_DECODE + k, _MM_HINT_T0);
-}
 
 size_t	avx512_q2_k_pack(const uint8_t *, size_t, int64_t, int64_t, uint8_t *);
 void	avx512_q2_k_packed(const uint8_t *, int64_t, int64_t, int, const struct qact *,

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "pack_k_avx512.h"
+#include "prefetch.h"
 #include "quant.h"
 #include "tensor_type.h"
 #include "tile_dispatch.h"
@@ -1305,10 +1306,7 @@ avx512_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_
 AI void
 q4k_head(const uint8_t *p, const int ahead, const int n, __m512 *dd, __m512 *dm)
 {
-	int	k;
-
-	for (k = 0; k < n; k += 64)
-		_mm_prefetch((const char *)p + ahead + k, _MM_HINT_T0);
+	prefetch_lines(p, ahead, n);
 	*dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 	*dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
 }
@@ -1365,8 +1363,8 @@ q4k_packed_one(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr
 #pragma GCC unroll 2
 			for (g = 0; g < mg; g++) {
 				/* The pair's codes, just before they are read. */
-				avx512_prefetch_decode(gp[g] + (size_t)b * K4BLK + K4HDR +
-				    512 * sp, 512);
+				prefetch_lines(gp[g] + (size_t)b * K4BLK + K4HDR + 512 * sp,
+				    PF_DECODE, 512);
 				ic[g][0] = ic[g][1] = ic[g][2] = ic[g][3] =
 				    _mm512_setzero_si512();
 			}
@@ -1653,10 +1651,9 @@ q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 
 			/* One token: the header, then codes as first reached. */
 			if (nr == 1)
-				avx512_prefetch_decode(p, K6HDR);
+				prefetch_lines(p, PF_DECODE, K6HDR);
 			else
-				for (k = 0; k < K6BLK; k += 64)
-					_mm_prefetch((const char *)p + K6BLK + k, _MM_HINT_T0);
+				prefetch_lines(p, K6BLK, K6BLK);
 			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 		}
 		/*
@@ -1677,10 +1674,12 @@ q6k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++) {
 					/* Codes sub-blocks 0-7 read first (see K6N). */
-					if (nr == 1 && sub < 8)
-						avx512_prefetch_decode(gp[g] + (size_t)b * K6BLK +
-						    (sub < 4 ? K6HDR + 512 * sub : K6HDR + 2048 +
-						    256 * (sub - 4)), sub < 4 ? 512 : 256);
+					if (nr == 1 && sub < 4)
+						prefetch_lines(gp[g] + (size_t)b * K6BLK + K6HDR +
+						    512 * sub, PF_DECODE, 512);
+					else if (nr == 1 && sub < 8)
+						prefetch_lines(gp[g] + (size_t)b * K6BLK + K6HDR +
+						    2048 + 256 * (sub - 4), PF_DECODE, 256);
 					sc[g] = _mm512_cvtepi8_epi32(_mm_loadu_si128(
 					    (const __m128i *)(gp[g] + (size_t)b * K6BLK + 32 +
 					    16 * sub)));
