@@ -134,7 +134,7 @@ struct inst_infos {
 	Phased__DeviceGroup	**group_ptrs;
 	Phased__DeviceGroup	 *groups;
 	char			(*policies)[64];	/* per model */
-	char			(*group_names)[8];	/* per group */
+	char			(*group_names)[12];	/* per group */
 	size_t			  n;
 };
 /* Fill infos for every instance. */
