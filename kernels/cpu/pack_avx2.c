@@ -397,11 +397,13 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
  * Repacked Q6_K, per 256-element super-block of an 8-row group: the rows'
  * d (halves, 16 bytes); per 32-element block m the scale pairs (16 bytes:
  * byte 2i is row i's scale of sub-block 2m, byte 2i + 1 that of 2m + 1);
- * then per block m (Q6BLK bytes each) the four nibble vectors k whose lane
- * i holds row i's elements 4k.. (low nibbles) and 16 + 4k.. (high), and the
- * two vectors h of the codes' top two bits: byte p holds at bits 2c..
- * those of byte p of code vector c of half h (c = 0..3, elements 16h +
- * 4c..).  The codes stay unsigned (0..63, the offset 32 is removed
+ * then per block m (Q6BLK bytes each), for each half h, three vectors
+ * X, Y, Z.  Code vector c of half h holds in lane i row i's elements 16h
+ * + 4c.. (one code a byte).  X, Y and Z carry code vectors 0, 1 and 2 in
+ * their low six bits; their top two bits carry bits 4-5, 2-3 and 0-1 of
+ * code vector 3.  Three codes then cost a mask each and the fourth eight
+ * operations, where nibbles and a vector of top bits cost four or five
+ * each.  The codes stay unsigned (0..63, the offset 32 is removed
  * through the activations' half-block sums, ACT_PAIR16), so two vectors'
  * vpmaddubsw pairs add up in 16 bits (2 x 2 x 63 x 127 = 32004); vpmaddwd
  * with the rows' scales widens them.  A block's sum, at most 2 x 16 x 63
@@ -431,15 +433,27 @@ q6k_unpack(const uint8_t *sb, uint8_t *c)
 		}
 }
 
+/* Row i's lanes (q + 4i) of block m's X, Y, Z from its 32 codes u. */
+static void
+q6k_pack_block(uint8_t *q, const uint8_t *u)
+{
+	int	h, c, k;
+
+	for (h = 0; h < 2; h++)
+		for (c = 0; c < 3; c++)
+			for (k = 0; k < 4; k++)
+				q[96 * h + 32 * c + k] = (uint8_t)(u[16 * h + 4 * c + k] |
+				    (u[16 * h + 12 + k] >> (4 - 2 * c) & 3) << 6);
+}
+
 /* Copy Q6_K rows into the packed layout (or only size it). */
 size_t
 avx2_q6_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
 {
 	const int64_t	nsb = cols / 256, ng = (rows + PG - 1) / PG;
 	uint8_t		cd[256];
-	uint32_t	lo, hi, v;
 	int64_t		g, b, r;
-	int		i, m, k, h, c;
+	int		i, m;
 
 	if (dst == NULL)
 		return ((size_t)(ng * nsb) * Q6SB);
@@ -462,20 +476,7 @@ avx2_q6_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t 
 
 					o[Q6SC + 16 * m + 2 * i] = sb[192 + 2 * m];
 					o[Q6SC + 16 * m + 2 * i + 1] = sb[192 + 2 * m + 1];
-					/* Four codes, one per byte, at a time. */
-					for (k = 0; k < 4; k++) {
-						memcpy(&lo, u + 4 * k, 4);
-						memcpy(&hi, u + 16 + 4 * k, 4);
-						v = (lo & 0x0f0f0f0f) | (hi & 0x0f0f0f0f) << 4;
-						memcpy(q + 32 * k + 4 * i, &v, 4);
-					}
-					for (h = 0; h < 2; h++) {
-						for (v = 0, c = 0; c < 4; c++) {
-							memcpy(&lo, u + 16 * h + 4 * c, 4);
-							v |= (lo >> 4 & 0x03030303) << (2 * c);
-						}
-						memcpy(q + 128 + 32 * h + 4 * i, &v, 4);
-					}
+					q6k_pack_block(q + 4 * i, u);
 				}
 			}
 		}
@@ -483,19 +484,22 @@ avx2_q6_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t 
 	return ((size_t)(ng * nsb) * Q6SB);
 }
 
-/* Code vector c (0..3) of half h of a packed Q6_K block at q. */
+/* Code vector c (0..3) of the half of a packed Q6_K block at q (its X). */
 AI __m256i
-q6k_codes(const uint8_t *q, const int h, const int c)
+q6k_codes(const uint8_t *q, const int c)
 {
-	const __m256i	m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
-	__m256i		lo = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
-	__m256i		hb = _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * h));
+	const __m256i	m6 = _mm256_set1_epi8(0x3f), mt = _mm256_set1_epi8((char)0xc0);
+	__m256i		x, y, z;
 
-	lo = _mm256_and_si256(h ? _mm256_srli_epi16(lo, 4) : lo, m4);
-	/* Bits 2c, 2c + 1 to bits 4, 5; what crosses bytes is masked off. */
-	hb = c == 0 ? _mm256_slli_epi16(hb, 4) : c == 1 ? _mm256_slli_epi16(hb, 2) :
-	    c == 2 ? hb : _mm256_srli_epi16(hb, 2);
-	return (_mm256_or_si256(lo, _mm256_and_si256(hb, m2)));
+	if (c < 3)
+		return (_mm256_and_si256(_mm256_loadu_si256((const __m256i *)
+		    (q + 32 * c)), m6));
+	/* Masked first, so the 16-bit shifts move nothing across bytes. */
+	x = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)q), mt);
+	y = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(q + 32)), mt);
+	z = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(q + 64)), mt);
+	return (_mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16(x, 2),
+	    _mm256_srli_epi16(y, 4)), _mm256_srli_epi16(z, 6)));
 }
 
 /* One packed Q6_K tile: mg groups of 8 rows by nr tokens (compile-time). */
@@ -562,10 +566,10 @@ q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 #pragma GCC unroll 2
 					for (g = 0; g < mg; g++) {
 						const uint8_t *q = gp[g] + (size_t)b * Q6SB + Q6Q +
-						    Q6BLK * m;
+						    Q6BLK * m + 96 * h;
 
-						u0[g] = q6k_codes(q, h, k);
-						u1[g] = q6k_codes(q, h, k + 1);
+						u0[g] = q6k_codes(q, k);
+						u1[g] = q6k_codes(q, k + 1);
 					}
 #pragma GCC unroll 4
 					for (j = 0; j < nr; j++) {
