@@ -502,6 +502,24 @@ q6k_codes(const uint8_t *q, const int c)
 	    _mm256_srli_epi16(y, 4)), _mm256_srli_epi16(z, 6)));
 }
 
+/*
+ * Block m's scale pairs of the packed Q6_K super-block p for vpmaddwd: for
+ * half h (0, 1) each row's scale of that half in both 16-bit halves of
+ * its lane; for h = 2 the pair itself times 32, for the offset term.
+ */
+AI __m256i
+q6k_scales(const uint8_t *p, const int m, const int h)
+{
+	__m256i	pr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)
+	    (p + Q6SC + 16 * m)));
+
+	if (h == 0)
+		return (_mm256_blend_epi16(pr, _mm256_slli_epi32(pr, 16), 0xaa));
+	if (h == 1)
+		return (_mm256_blend_epi16(pr, _mm256_srli_epi32(pr, 16), 0x55));
+	return (_mm256_slli_epi16(pr, 5));
+}
+
 /* One packed Q6_K tile: mg groups of 8 rows by nr tokens (compile-time). */
 AI void
 q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
@@ -531,34 +549,24 @@ q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 		xp[j] = a->bias + (size_t)(t0 + j) * (stride / 4);
 	}
 	for (b = 0; b < nsb; b++) {
-		__m256	dd[2];
-
-#pragma GCC unroll 2
-		for (g = 0; g < mg; g++)
-			dd[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] +
-			    (size_t)b * Q6SB)));
 #pragma GCC unroll 8
 		for (m = 0; m < 8; m++) {
 			const int64_t	 e = 256 * b + 32 * m;
-			__m256i		 sc[2][2], sp[2], is[2][PACK2_NR];
+			__m256i		 is[2][PACK2_NR];
 
 #pragma GCC unroll 2
-			for (g = 0; g < mg; g++) {
-				const uint8_t *p = gp[g] + (size_t)b * Q6SB;
-				__m256i pr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)
-				    (p + Q6SC + 16 * m)));
-
-				/* Each row's scale in both 16-bit halves of its lane. */
-				sc[g][0] = _mm256_blend_epi16(pr, _mm256_slli_epi32(pr, 16), 0xaa);
-				sc[g][1] = _mm256_blend_epi16(pr, _mm256_srli_epi32(pr, 16), 0x55);
-				/* 32 x the pair, for the offset term against ACT_PAIR16. */
-				sp[g] = _mm256_slli_epi16(pr, 5);
+			for (g = 0; g < mg; g++)
 #pragma GCC unroll 4
 				for (j = 0; j < nr; j++)
 					is[g][j] = _mm256_setzero_si256();
-			}
 #pragma GCC unroll 2
 			for (h = 0; h < 2; h++) {
+				__m256i	sc[2];
+
+				/* Loaded where used: registers are short with two groups. */
+#pragma GCC unroll 2
+				for (g = 0; g < mg; g++)
+					sc[g] = q6k_scales(gp[g] + (size_t)b * Q6SB, m, h);
 #pragma GCC unroll 2
 				for (k = 0; k < 4; k += 2) {
 					__m256i	u0[2], u1[2];
@@ -585,21 +593,26 @@ q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 							is[g][j] = avx2_chain(_mm256_add_epi32(is[g][j],
 							    _mm256_madd_epi16(_mm256_add_epi16(
 							    _mm256_maddubs_epi16(u0[g], x0),
-							    _mm256_maddubs_epi16(u1[g], x1)), sc[g][h])));
+							    _mm256_maddubs_epi16(u1[g], x1)), sc[g])));
 					}
 				}
 			}
 #pragma GCC unroll 2
-			for (g = 0; g < mg; g++)
+			for (g = 0; g < mg; g++) {
+				__m256i sp = q6k_scales(gp[g] + (size_t)b * Q6SB, m, 2);
+				__m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)
+				    (gp[g] + (size_t)b * Q6SB)));
+
 #pragma GCC unroll 4
 				for (j = 0; j < nr; j++) {
-					__m256i off = _mm256_madd_epi16(sp[g],
+					__m256i off = _mm256_madd_epi16(sp,
 					    _mm256_set1_epi32(xp[j][e / 32]));
 
 					acc[g][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(
-					    _mm256_sub_epi32(is[g][j], off)), _mm256_mul_ps(dd[g],
+					    _mm256_sub_epi32(is[g][j], off)), _mm256_mul_ps(dd,
 					    _mm256_set1_ps(xd[j][e / 32])), acc[g][j]);
 				}
+			}
 		}
 	}
 #pragma GCC unroll 2
@@ -615,20 +628,20 @@ q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
  * chains in flight, one pass over the activations); more tokens go a
  * group at a time, which leaves registers for four of them.
  */
-#define PACKED_SHAPES(fn, tile, g1)					\
+#define PACKED_SHAPES(fn, tile)						\
 void									\
 fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
 {									\
 	int	g;							\
 									\
-	for (g = 0; PG * g < mr; g += nr == 1 ? (g1) : 1) {		\
+	for (g = 0; PG * g < mr; g += nr == 1 ? 2 : 1) {		\
 		int64_t	r = r0 + PG * g;				\
 		int	n = mr - PG * g;				\
 									\
 		switch (nr) {						\
 		case 1:							\
-			if ((g1) == 2 && n > PG)			\
+			if (n > PG)					\
 				tile(pw, cols, r, 2, n, a, t0, 1, y, ldy); \
 			else						\
 				tile(pw, cols, r, 1, n, a, t0, 1, y, ldy); \
@@ -640,7 +653,7 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
 	}								\
 }
 
-PACKED_SHAPES(avx2_q4_0_packed, q40_tile, 2)
-PACKED_SHAPES(avx2_q8_0_packed, q80_tile, 2)
-PACKED_SHAPES(avx2_q4_k_packed, q4k_tile, 2)
-PACKED_SHAPES(avx2_q6_k_packed, q6k_tile, 1)
+PACKED_SHAPES(avx2_q4_0_packed, q40_tile)
+PACKED_SHAPES(avx2_q8_0_packed, q80_tile)
+PACKED_SHAPES(avx2_q4_k_packed, q4k_tile)
+PACKED_SHAPES(avx2_q6_k_packed, q6k_tile)
