@@ -502,22 +502,26 @@ q6k_codes(const uint8_t *q, const int c)
 	    _mm256_srli_epi16(y, 4)), _mm256_srli_epi16(z, 6)));
 }
 
+/* Block m's scale pairs (row i's at 16-bit lanes 2i, 2i + 1) of super-block p. */
+AI __m256i
+q6k_pairs(const uint8_t *p, const int m)
+{
+	return (_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)
+	    (p + Q6SC + 16 * m))));
+}
+
 /*
- * Block m's scale pairs of the packed Q6_K super-block p for vpmaddwd: for
- * half h (0, 1) each row's scale of that half in both 16-bit halves of
- * its lane; for h = 2 the pair itself times 32, for the offset term.
+ * For vpmaddwd: each row's scale of half h of block m in both 16-bit
+ * halves of its lane.
  */
 AI __m256i
 q6k_scales(const uint8_t *p, const int m, const int h)
 {
-	__m256i	pr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)
-	    (p + Q6SC + 16 * m)));
+	__m256i	pr = q6k_pairs(p, m);
 
 	if (h == 0)
 		return (_mm256_blend_epi16(pr, _mm256_slli_epi32(pr, 16), 0xaa));
-	if (h == 1)
-		return (_mm256_blend_epi16(pr, _mm256_srli_epi32(pr, 16), 0x55));
-	return (_mm256_slli_epi16(pr, 5));
+	return (_mm256_blend_epi16(pr, _mm256_srli_epi32(pr, 16), 0x55));
 }
 
 /* One packed Q6_K tile: mg groups of 8 rows by nr tokens (compile-time). */
@@ -599,7 +603,9 @@ q6k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 			}
 #pragma GCC unroll 2
 			for (g = 0; g < mg; g++) {
-				__m256i sp = q6k_scales(gp[g] + (size_t)b * Q6SB, m, 2);
+				/* 32 x the pairs, for the offset term against ACT_PAIR16. */
+				__m256i sp = _mm256_slli_epi16(q6k_pairs(gp[g] +
+				    (size_t)b * Q6SB, m), 5);
 				__m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)
 				    (gp[g] + (size_t)b * Q6SB)));
 
