@@ -34,7 +34,11 @@
 # and load once per type instead of five times), THREADS (2),
 # PP (512,2048: comma-separated prompt lengths), NG (128; 0 leaves
 # generation out), IMATRIX, KEEP=1
-# keeps the raw per-run logs (the models in MODELDIR are always kept).
+# keeps the raw per-run logs (the models in MODELDIR are always kept),
+# CPUS (a taskset(1) list such as 4,5: both tools run on those CPUs only,
+# so several instances with other TYPES can share a many-core machine;
+# the models are made unpinned), QTHREADS (threads of
+# phased-synth and llama-quantize, default THREADS).
 set -eu
 B=${1:-.}
 M=${2:-/tmp/vs-llamacpp}
@@ -47,6 +51,13 @@ THREADS=${THREADS:-2}
 PP=${PP:-512,2048}
 NG=${NG:-128}
 LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama.cpp-build}
+QTHREADS=${QTHREADS:-$THREADS}
+PIN=
+if [ -n "${CPUS:-}" ]; then
+	command -v taskset >/dev/null 2>&1 ||
+	    { echo "vs-llamacpp: CPUS needs taskset(1)" >&2; exit 1; }
+	PIN="taskset -c $CPUS"
+fi
 
 # Locate llama-bench, or build it from LLAMA_SRC.
 find_llama_bench() {
@@ -122,7 +133,7 @@ OUT=$(mktemp -d "${TMPDIR:-/tmp}/vs-llamacpp.XXXXXX")
 # The models: one F16 base from phased-synth, the rest by llama-quantize.
 BASE=$M/tl-f16.gguf
 [ -f "$BASE" ] || "$B/phased-synth" --shape tinyllama-1.1b --type F16 \
-    --vocab "$VOCAB" -o "$BASE" >&2
+    --vocab "$VOCAB" --threads "$QTHREADS" -o "$BASE" >&2
 KEPT=
 for t in $TYPES; do
 	f=$(model "$t")
@@ -133,7 +144,7 @@ for t in $TYPES; do
 	PURE=
 	pure "$t" && PURE=--pure
 	if "$LQ" ${PURE} ${IMATRIX:+--imatrix "$IMATRIX"} "$BASE" "$f.tmp" "$(qname "$t")" \
-	    "$THREADS" >"$OUT/quantize-$t.log" 2>&1; then
+	    "$QTHREADS" >"$OUT/quantize-$t.log" 2>&1; then
 		mv "$f.tmp" "$f"
 		KEPT="$KEPT $t"
 	elif grep -qi 'importance matrix' "$OUT/quantize-$t.log"; then
@@ -161,10 +172,10 @@ with open(sys.argv[1], "w") as f:
 with open(sys.argv[1] + ".rss", "w") as f:
     f.write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 # Killed by a signal: exit as a shell reports it (128 + the signal).
-sys.exit(rc if rc >= 0 else 128 - rc)' "$log" "$@"
+sys.exit(rc if rc >= 0 else 128 - rc)' "$log" $PIN "$@"
 }
 
-echo "vs-llamacpp: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
+echo "vs-llamacpp: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs${CPUS:+ (running on $CPUS)}," \
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')," \
     "load $(cut -d' ' -f1-3 /proc/loadavg)"
 # llama.cpp picks its AMX kernels from CPUID and the kernel's permission;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # device-check.sh: the one check to run on a machine with an NVIDIA GPU.
 #
-#	sh tests/gpu/device-check.sh [--quick]
+#	sh tests/gpu/device-check.sh [--quick] [--prebuilt DIR]
 #
 # From the repository root: installs missing build dependencies when it can,
 # configures --with-cuda in a fresh build directory (build-device), builds
@@ -23,11 +23,34 @@
 # compiled directly with nvcc and cc instead: they need neither.
 # Everything fits well within 10 minutes on one H200; --quick times
 # 4 layers instead of 32.  Exits non-zero if a kernel check fails.
+#
+# --prebuilt DIR runs the binaries of a build directory configured
+# --with-cuda on another machine (the same CUDA major version) and builds
+# nothing: for a GPU machine without the libraries or a network.  DIR
+# holds config.h, phased-synth, phased-bench, tests/unit/test-kernels-ref,
+# test-matmul and test-quant, and tests/gpu/test-kernels, bench-kernels,
+# test-engine-cuda and test-comm.  Libraries the binaries cannot find
+# (cuBLAS, NCCL) are looked for under /usr/local and /opt.
+# The shared test data is read from PHASED_SHARED, else ../shared.
 
 set -u
 quick=
-[ "${1:-}" = "--quick" ] && quick=--quick
+prebuilt=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick)	quick=--quick ;;
+	--prebuilt)	[ $# -ge 2 ] || { echo "--prebuilt needs a directory"; exit 2; }
+			prebuilt=$(cd "$2" && pwd) || exit 2
+			shift ;;
+	*)		echo "usage: device-check.sh [--quick] [--prebuilt DIR]"
+			exit 2 ;;
+	esac
+	shift
+done
 top=$(cd "$(dirname "$0")/../.." && pwd)
+shared=${PHASED_SHARED:-$top/../shared}
+PHASED_SHARED=$shared
+export PHASED_SHARED
 build=${BUILD_DIR:-$top/build-device}
 jobs=$(nproc 2>/dev/null || echo 4)
 PATH=$PATH:/usr/local/cuda/bin
@@ -36,11 +59,55 @@ t0=$(date +%s)
 
 say() { printf '\n== %s (%ss)\n' "$1" $(($(date +%s) - t0)); }
 
+# built LOG TARGET...: the targets are there, made now unless prebuilt.
+built() {
+	log=$1
+	shift
+	case $mode in
+	autotools)	make -j"$jobs" "$@" >"$log" 2>&1 ;;
+	prebuilt)	for x in "$@"; do
+				[ -x "$x" ] || { echo "$x: not in $build" >"$log"
+				    return 1; }
+			done ;;
+	*)		return 1 ;;
+	esac
+}
+
 say "device"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
     2>/dev/null || echo "nvidia-smi not available"
 nvcc --version 2>/dev/null | tail -1
 
+say "host"
+grep -m1 'model name' /proc/cpuinfo | sed 's/^[^:]*: //'
+echo "$(nproc) CPUs; vector extensions:$(grep -m1 '^flags' /proc/cpuinfo |
+    tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512bw|avx512_vnni|avx512_bf16|avx512_fp16|amx_tile|amx_int8|amx_bf16)$' |
+    tr '\n' ' ' | sed 's/^/ /')"
+
+mode=autotools
+[ -n "${DEVICE_CHECK_DIRECT:-}" ] && mode=direct	# force the fallback
+if [ -n "$prebuilt" ]; then
+	say "prebuilt binaries in $prebuilt"
+	build=$prebuilt
+	mode=prebuilt
+	# Add the folders of libraries the binaries miss to the search path.
+	for lib in $(ldd "$build/phased-bench" "$build/tests/gpu/test-kernels" \
+	    2>/dev/null | awk '/=> not found/ { print $1 }' | sort -u); do
+		d=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null |
+		    head -1)
+		[ -n "$d" ] && LD_LIBRARY_PATH=$(dirname "$d")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+		echo "$lib: ${d:-not found}"
+	done
+	export LD_LIBRARY_PATH
+	if ldd "$build/phased-bench" "$build/tests/gpu/test-kernels" 2>&1 |
+	    grep 'not found'; then
+		echo "prebuilt binaries cannot run here; building instead"
+		build=$top/build-device
+		mode=autotools
+	fi
+fi
+
+if [ $mode != prebuilt ]; then
 say "build dependencies"
 missing=
 if command -v dpkg >/dev/null 2>&1; then
@@ -69,8 +136,6 @@ fi
 rm -rf "$build"
 mkdir -p "$build" || exit 1
 cd "$build" || exit 1
-mode=autotools
-[ -n "${DEVICE_CHECK_DIRECT:-}" ] && mode=direct	# force the fallback
 
 say "configure --with-cuda"
 if [ $mode = autotools ] && [ ! -x "$top/configure" ]; then
@@ -89,8 +154,9 @@ fi
 
 say "build ($mode)"
 if [ $mode = autotools ]; then
-	if ! make -j"$jobs" tests/unit/test-kernels-ref tests/gpu/test-kernels \
-	    tests/gpu/bench-kernels >build.log 2>&1; then
+	if ! make -j"$jobs" tests/unit/test-kernels-ref tests/unit/test-matmul \
+	    tests/unit/test-quant tests/gpu/test-kernels tests/gpu/bench-kernels \
+	    >build.log 2>&1; then
 		tail -40 build.log
 		echo "make failed; trying the direct build"
 		mode=direct
@@ -129,6 +195,8 @@ if [ $mode = direct ]; then
 		exit 1
 	fi
 fi
+fi	# not prebuilt
+cd "$build" || exit 1
 
 say "kernel checks (each kernel against kernels/ref.c)"
 status=0
@@ -162,6 +230,20 @@ BEGIN { printf "%-12s %-42s %-22s %s\n", "kernel", "shape", "max abs err", "resu
 END { printf "%d checks, %d failed\n", n, bad }' kernels.tap
 tail -1 kernels.tap | grep -q '^1\.\.[1-9]' || status=1
 
+say "cpu kernels on this host's vector extensions"
+# The CPU kernels pick AVX-512, AVX2 or plain C at run time; a GPU
+# machine's processor may take paths the build machine cannot test.
+for t in test-matmul test-quant; do
+	if [ -x tests/unit/$t ]; then
+		PHASED_SHARED=$shared ./tests/unit/$t >$t.tap 2>&1 || status=1
+		echo "$t: $(grep -c '^ok' $t.tap) ok, $(grep -c '^not ok' $t.tap)" \
+		    "not ok$(grep -m1 -i 'skip' $t.tap | sed 's/^/; /')"
+		grep -m5 -A2 '^not ok' $t.tap
+	else
+		echo "$t: not built"
+	fi
+done
+
 say "matrix-product timings (Llama-3-8B shapes)"
 ./tests/gpu/bench-kernels $quick || status=1
 
@@ -171,8 +253,8 @@ say "engine check: stories260K greedy tokens, GPU vs CPU"
 # the golden file, then ragged batches and kv_copy.  In the direct build it
 # is compiled from the sources of the backend, the model and what it needs.
 engine=
-if [ $mode = autotools ]; then
-	make -j"$jobs" tests/gpu/test-engine-cuda >engine-build.log 2>&1 &&
+if [ $mode != direct ]; then
+	built engine-build.log tests/gpu/test-engine-cuda &&
 	    engine=./tests/gpu/test-engine-cuda
 else
 	mkdir -p direct/engine || exit 1
@@ -220,8 +302,8 @@ say "nccl (kernels/cuda/comm.c) between the devices"
 # The engine check above already ran stories260K on one GPU through the
 # tensor-parallel (NCCL) code path when NCCL was found; test-comm needs
 # four GPUs and skips on fewer.
-if [ $mode = autotools ] && grep -q "define HAVE_NCCL" config.h; then
-	make -j"$jobs" tests/gpu/test-comm >comm-build.log 2>&1 &&
+if [ $mode != direct ] && grep -q "define HAVE_NCCL" config.h; then
+	built comm-build.log tests/gpu/test-comm &&
 	    ./tests/gpu/test-comm | tail -3 || status=1
 else
 	echo "nccl not found at configure time (or the direct build): skipped"
@@ -247,7 +329,8 @@ fi
 say "end-to-end tokens/s, Llama-3-8B shape (${DEVICE_BENCH_LAYERS:-8} of 32 layers)"
 # phased-synth writes a Llama-3-8B-shaped model of random weights with
 # DEVICE_BENCH_LAYERS layers (default 8, so four files fit the disk and
-# the time); phased-bench runs it through the whole CUDA backend.  The
+# the time) and the shared 32000-token llama vocabulary (a quarter of
+# Llama-3's, so its embedding and output matrices are smaller); phased-bench runs it through the whole CUDA backend.  The
 # weights are read once per decode step, so achieved HBM bandwidth is
 # steps/s x weight bytes; prompt TFLOP/s counts 2 x parameters per token
 # (the attention's own products are left out, a few percent at 4096).
@@ -255,8 +338,8 @@ say "end-to-end tokens/s, Llama-3-8B shape (${DEVICE_BENCH_LAYERS:-8} of 32 laye
 # skipped once the script has run 8 minutes, to stay under 10.
 layers=${DEVICE_BENCH_LAYERS:-8}
 bench_tmp=${TMPDIR:-/tmp}/phased-device-bench.$$
-if [ $mode = autotools ] && make -j"$jobs" phased-synth phased-bench \
-    >bench-build.log 2>&1 && command -v python3 >/dev/null 2>&1; then
+if [ $mode != direct ] && built bench-build.log phased-synth phased-bench &&
+    command -v python3 >/dev/null 2>&1; then
 	mkdir -p "$bench_tmp"
 	printf '%-7s %-20s %10s %10s %8s\n' type test tok/s achieved "% peak" \
 	    >bench-table.txt
@@ -268,7 +351,9 @@ if [ $mode = autotools ] && make -j"$jobs" phased-synth phased-bench \
 		fi
 		f="$bench_tmp/llama3-8b-$ty.gguf"
 		if ! timeout 120 ./phased-synth --shape llama-3-8b --type "$ty" \
-		    --layers "$layers" -o "$f" >synth-$ty.log 2>&1; then
+		    --layers "$layers" --threads "$jobs" \
+		    --vocab "$shared/vocab/ggml-vocab-llama-spm.gguf" \
+		    -o "$f" >synth-$ty.log 2>&1; then
 			printf '%-7s phased-synth failed (synth-%s.log)\n' \
 			    "$ty" "$ty" >>bench-table.txt
 			rm -f "$f"
@@ -323,7 +408,7 @@ PY
 	echo "targets: decode batch 1 >= 80% of HBM, prompt >= 60% of the" \
 	    "bf16 matrix peak"
 else
-	echo "skipped: needs the autotools build (phased-synth, phased-bench)" \
+	echo "skipped: needs the autotools or prebuilt phased-synth, phased-bench" \
 	    "and python3"
 fi
 
