@@ -113,12 +113,17 @@ struct cuda_blas;
 #define CUDA_ACT_F32	0
 #define CUDA_ACT_BF16	30
 
-/* Default largest batch sent to the quantized small-batch kernel. */
-#define CUDA_QMV_MAX_BATCH_DEFAULT	16
+/*
+ * cuda_blas_set_qmv_max_batch's value for the per-type limits (qmv_limit
+ * in matmul.cu): the largest batch at which the direct kernel beat
+ * dequantize + cuBLAS on an H200 (tests/gpu/bench-kernels --crossover).
+ */
+#define CUDA_QMV_MAX_BATCH_AUTO	(-1)
 
 int	cuda_blas_create(struct cuda_blas **, cuda_stream_t);
 void	cuda_blas_destroy(struct cuda_blas *);
-/* Set the largest n_tok of the quantized small-batch path (0: never use it). */
+/* Set the largest n_tok of the quantized small-batch path for every type
+ * (0: never use it; CUDA_QMV_MAX_BATCH_AUTO: each type's measured limit). */
 void	cuda_blas_set_qmv_max_batch(struct cuda_blas *, int);
 /* Bytes of scratch space currently held. */
 size_t	cuda_blas_scratch_bytes(const struct cuda_blas *);

@@ -11,10 +11,12 @@
  * mode, no TF32.
  *
  * Quantized weights take the direct kernel of qmatmul.cu for small
- * batches.  Above the limit the product is compute-bound, so slices of
- * weight rows are dequantized to F16 into scratch space and multiplied
- * with cublasGemmEx; a slice is at most DEQ_SLICE_BYTES of F16 so scratch
- * stays bounded even for a 128k-row output head.
+ * batches: it reads the weights once, but its cost grows with every token
+ * it carries, so from 3 to 5 tokens (by type, as measured) the detour
+ * through F16 and the tensor cores is already cheaper.  Above the limit
+ * slices of weight rows are dequantized to F16 into scratch space and
+ * multiplied with cublasGemmEx; a slice is at most DEQ_SLICE_BYTES of F16
+ * so scratch stays bounded even for a 128k-row output head.
  */
 #include "config.h"
 
@@ -32,7 +34,7 @@ struct cuda_blas {
 	cudaStream_t	 stream;
 	void		*scratch;
 	size_t		 scratch_bytes;
-	int		 qmv_max_batch;
+	int		 qmv_max_batch;	/* CUDA_QMV_MAX_BATCH_AUTO: by type */
 };
 
 /* Create the cuBLAS handle bound to a stream. */
@@ -54,7 +56,7 @@ cuda_blas_create(struct cuda_blas **out, cuda_stream_t stream)
 		return CUDA_KERNELS_EBLAS + (int)st;
 	}
 	b->stream = stream;
-	b->qmv_max_batch = CUDA_QMV_MAX_BATCH_DEFAULT;
+	b->qmv_max_batch = CUDA_QMV_MAX_BATCH_AUTO;
 	*out = b;
 	return 0;
 }
@@ -74,7 +76,32 @@ cuda_blas_destroy(struct cuda_blas *b)
 extern "C" void
 cuda_blas_set_qmv_max_batch(struct cuda_blas *b, int n)
 {
-	b->qmv_max_batch = n < 0 ? 0 : n;
+	b->qmv_max_batch = n < 0 ? CUDA_QMV_MAX_BATCH_AUTO : n;
+}
+
+/* The largest batch the small-batch kernel takes for a weight type. */
+static int
+qmv_limit(const struct cuda_blas *b, uint32_t t)
+{
+	if (b->qmv_max_batch != CUDA_QMV_MAX_BATCH_AUTO)
+		return b->qmv_max_batch;
+	/*
+	 * Where the direct kernel stopped winning on Llama-3-8B shapes
+	 * (bench-kernels --crossover on an H200): the K types decode the
+	 * most per element, so each extra token costs them the most.
+	 */
+	switch (t) {
+	case TT_Q3_K:
+	case TT_Q4_K:
+	case TT_Q5_K:
+		return 2;
+	case TT_Q8_0:
+	case TT_Q4_0:
+	case TT_Q4_1:
+		return 3;
+	default:
+		return 4;
+	}
 }
 
 /* Bytes of scratch space currently held. */
@@ -180,7 +207,7 @@ cuda_matmul_forward(struct cuda_blas *b, float *out, const void *x,
 	}
 
 	/* Quantized, small batch: read the blocks directly. */
-	if (n_tok <= b->qmv_max_batch) {
+	if (n_tok <= qmv_limit(b, w_type)) {
 		if (x_type != TT_F32) {
 			if ((e = scratch_reserve(b, n_x * 4)) != 0 ||
 			    (e = cuda_convert_forward(b->scratch, TT_F32, x,

@@ -9,9 +9,12 @@
  * streaming the weights at the HBM bandwidth, and the dense BF16 tensor
  * peak; "roof" is the fraction of the better bound achieved.
  *
- *	bench-kernels [--quick] [--layers N] [--iters N]
+ *	bench-kernels [--quick] [--layers N] [--iters N] [--crossover]
  *
- * --quick times 4 layers, 2 iterations.  Exits 0 without a device.
+ * --quick times 4 layers, 2 iterations.  --crossover instead times, for
+ * every quantized type, the direct kernel against dequantize + cuBLAS at
+ * 1 to 16 tokens and prints the largest batch the direct kernel wins
+ * (the dispatcher's qmv_max_batch).  Exits 0 without a device.
  */
 #include "config.h"
 
@@ -56,15 +59,18 @@ struct config {
 	const char	*label;
 	uint32_t	 w_type;
 	uint32_t	 x_type;
-	int		 qmv_max;	/* -1: the default */
+	int		 qmv_max;	/* CUDA_QMV_MAX_BATCH_AUTO: by type */
 	int		 min_tok;	/* batches this row is timed for */
 	int		 max_tok;
 };
 
 static const struct config configs[] = {
-	{ "f16 (cuBLAS, f32 act)", TT_F16, CUDA_ACT_F32, -1, 1, 512 },
-	{ "bf16 (cuBLAS, bf16 act)", TT_BF16, CUDA_ACT_BF16, -1, 1, 512 },
-	{ "q8_0 (auto)", TT_Q8_0, CUDA_ACT_F32, -1, 1, 512 },
+	{ "f16 (cuBLAS, f32 act)", TT_F16, CUDA_ACT_F32, 
+	    CUDA_QMV_MAX_BATCH_AUTO, 1, 512 },
+	{ "bf16 (cuBLAS, bf16 act)", TT_BF16, CUDA_ACT_BF16, 
+	    CUDA_QMV_MAX_BATCH_AUTO, 1, 512 },
+	{ "q8_0 (auto)", TT_Q8_0, CUDA_ACT_F32, 
+	    CUDA_QMV_MAX_BATCH_AUTO, 1, 512 },
 	{ "q8_0 (direct kernel)", TT_Q8_0, CUDA_ACT_F32, 1 << 20, 8, 64 },
 	{ "q8_0 (dequant+cuBLAS)", TT_Q8_0, CUDA_ACT_F32, 0, 8, 512 },
 };
@@ -73,11 +79,43 @@ static const struct config configs[] = {
 static const int batches[] = { 1, 8, 64, 512 };
 #define N_BATCHES	(sizeof batches / sizeof batches[0])
 
+/* The quantized types and batches of --crossover. */
+static const uint32_t cross_types[] = { TT_Q8_0, TT_Q4_0, TT_Q4_1, TT_Q5_0,
+	TT_Q5_1, TT_IQ4_NL, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K,
+	TT_IQ4_XS };
+static const int cross_batches[] = { 1, 2, 3, 4, 6, 8, 12, 16 };
+#define N_CROSS_TYPES	(sizeof cross_types / sizeof cross_types[0])
+#define N_CROSS_BATCHES	(sizeof cross_batches / sizeof cross_batches[0])
+
 struct result {
 	const char	*label;
 	int		 n_tok;
 	double		 ms, gbs, tflops, roof;
 };
+
+/* Fill every layer's weights and the head with random values of a type. */
+static double
+fill_weights(void **w, void **head, uint32_t wt, int layers, double params)
+{
+	const struct tensor_type_info	*ti = tensor_type_get(wt);
+	int				 l, m;
+
+	for (l = 0; l < layers; l++)
+		for (m = 0; m < 7; m++) {
+			size_t n = (size_t)layer_mats[m][0] * layer_mats[m][1];
+
+			cudaFree(w[l * 7 + m]);
+			CK(cudaMalloc(&w[l * 7 + m],
+			    n / ti->block_elems * ti->block_bytes));
+			CK(cuda_fill_random(w[l * 7 + m], wt, n, 0.05f,
+			    l * 7 + m, NULL));
+		}
+	cudaFree(*head);
+	CK(cudaMalloc(head, (size_t)VOCAB * DIM / ti->block_elems *
+	    ti->block_bytes));
+	CK(cuda_fill_random(*head, wt, (size_t)VOCAB * DIM, 0.05f, 999, NULL));
+	return params / ti->block_elems * ti->block_bytes;
+}
 
 /* One pass: every product of every layer and the head. */
 static void
@@ -93,11 +131,74 @@ pass(struct cuda_blas *b, void **w, uint32_t wt, int layers, void *head,
 	CK(cuda_matmul_forward(b, out, x, xt, head, wt, n_tok, DIM, VOCAB));
 }
 
+/* Milliseconds of one pass, the mean of iters after a warm-up pass. */
+static float
+time_passes(struct cuda_blas *b, void **w, uint32_t wt, int layers,
+    void *head, float *out, const void *x, uint32_t xt, int n_tok, int iters,
+    cudaEvent_t e0, cudaEvent_t e1)
+{
+	float	ms;
+	int	i;
+
+	/* warm-up: cuBLAS heuristics, scratch growth */
+	pass(b, w, wt, layers, head, out, x, xt, n_tok);
+	CK(cudaDeviceSynchronize());
+	CK(cudaEventRecord(e0, NULL));
+	for (i = 0; i < iters; i++)
+		pass(b, w, wt, layers, head, out, x, xt, n_tok);
+	CK(cudaEventRecord(e1, NULL));
+	CK(cudaEventSynchronize(e1));
+	CK(cudaEventElapsedTime(&ms, e0, e1));
+	return ms / iters;
+}
+
+/*
+ * For each quantized type, time the direct kernel and dequantize + cuBLAS
+ * at small batches and print the largest batch where the direct kernel
+ * is faster.
+ */
+static void
+crossover(struct cuda_blas *b, void **w, void **head, int layers, int iters,
+    double params, float *out, const void *x, cudaEvent_t e0, cudaEvent_t e1)
+{
+	float	direct, deq;
+	size_t	t, k;
+	int	best, winning;
+
+	printf("direct kernel against dequantize + cuBLAS, ms per pass "
+	    "(F32 activations)\n%-8s", "type");
+	for (k = 0; k < N_CROSS_BATCHES; k++)
+		printf(" %13d", cross_batches[k]);
+	printf("  direct wins up to\n");
+	for (t = 0; t < N_CROSS_TYPES; t++) {
+		fill_weights(w, head, cross_types[t], layers, params);
+		printf("%-8s", tensor_type_name(cross_types[t]));
+		best = 0;
+		winning = 1;
+		for (k = 0; k < N_CROSS_BATCHES; k++) {
+			cuda_blas_set_qmv_max_batch(b, 1 << 20);
+			direct = time_passes(b, w, cross_types[t], layers,
+			    *head, out, x, CUDA_ACT_F32, cross_batches[k],
+			    iters, e0, e1);
+			cuda_blas_set_qmv_max_batch(b, 0);
+			deq = time_passes(b, w, cross_types[t], layers, *head,
+			    out, x, CUDA_ACT_F32, cross_batches[k], iters, e0,
+			    e1);
+			printf(" %6.2f/%-6.2f", direct, deq);
+			if (winning && direct < deq)
+				best = cross_batches[k];
+			else
+				winning = 0;
+			fflush(stdout);
+		}
+		printf("  %d\n", best);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
 	struct cudaDeviceProp		 prop;
-	const struct tensor_type_info	*ti;
 	struct cuda_blas		*b;
 	struct result			 res[N_CONFIGS * N_BATCHES];
 	cudaEvent_t			 e0, e1;
@@ -105,7 +206,8 @@ main(int argc, char **argv)
 	float				*out, ms;
 	double				 params, bytes = 0, t_bw, t_fl;
 	size_t				 n_res = 0, c, k;
-	int				 layers = 32, iters = 5, i, l, m, nt;
+	int				 layers = 32, iters = 5, cross = 0, i, l,
+					 m, nt;
 
 	for (i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--quick") == 0) {
@@ -115,9 +217,11 @@ main(int argc, char **argv)
 			layers = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
 			iters = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--crossover") == 0)
+			cross = 1;
 		else {
 			fprintf(stderr, "usage: bench-kernels [--quick] "
-			    "[--layers N] [--iters N]\n");
+			    "[--layers N] [--iters N] [--crossover]\n");
 			return 2;
 		}
 	}
@@ -151,48 +255,26 @@ main(int argc, char **argv)
 	CK(cuda_blas_create(&b, NULL));
 	w = xcalloc((size_t)layers * 7, sizeof *w);
 
+	if (cross) {
+		crossover(b, w, &head, layers, iters, params, out, x32, e0, e1);
+		goto done;
+	}
 	for (c = 0; c < N_CONFIGS; c++) {
 		const struct config *cf = &configs[c];
 
 		/* Weights of this format (kept while the same format repeats). */
-		if (c == 0 || configs[c - 1].w_type != cf->w_type) {
-			ti = tensor_type_get(cf->w_type);
-			for (l = 0; l < layers; l++)
-				for (m = 0; m < 7; m++) {
-					size_t n = (size_t)layer_mats[m][0] *
-					    layer_mats[m][1];
-					cudaFree(w[l * 7 + m]);
-					CK(cudaMalloc(&w[l * 7 + m],
-					    n / ti->block_elems * ti->block_bytes));
-					CK(cuda_fill_random(w[l * 7 + m],
-					    cf->w_type, n, 0.05f, l * 7 + m, NULL));
-				}
-			cudaFree(head);
-			CK(cudaMalloc(&head, (size_t)VOCAB * DIM /
-			    ti->block_elems * ti->block_bytes));
-			CK(cuda_fill_random(head, cf->w_type, (size_t)VOCAB * DIM,
-			    0.05f, 999, NULL));
-			bytes = params / ti->block_elems * ti->block_bytes;
-		}
-		cuda_blas_set_qmv_max_batch(b, cf->qmv_max < 0 ?
-		    CUDA_QMV_MAX_BATCH_DEFAULT : cf->qmv_max);
+		if (c == 0 || configs[c - 1].w_type != cf->w_type)
+			bytes = fill_weights(w, &head, cf->w_type, layers,
+			    params);
+		cuda_blas_set_qmv_max_batch(b, cf->qmv_max);
 		for (k = 0; k < N_BATCHES; k++) {
 			nt = batches[k];
 			if (nt < cf->min_tok || nt > cf->max_tok)
 				continue;
 			/* warm-up: cuBLAS heuristics, scratch growth */
-			pass(b, w, cf->w_type, layers, head, out,
-			    cf->x_type == CUDA_ACT_BF16 ? x16 : x32, cf->x_type, nt);
-			CK(cudaDeviceSynchronize());
-			CK(cudaEventRecord(e0, NULL));
-			for (i = 0; i < iters; i++)
-				pass(b, w, cf->w_type, layers, head, out,
-				    cf->x_type == CUDA_ACT_BF16 ? x16 : x32,
-				    cf->x_type, nt);
-			CK(cudaEventRecord(e1, NULL));
-			CK(cudaEventSynchronize(e1));
-			CK(cudaEventElapsedTime(&ms, e0, e1));
-			ms /= iters;
+			ms = time_passes(b, w, cf->w_type, layers, head, out,
+			    cf->x_type == CUDA_ACT_BF16 ? x16 : x32, cf->x_type,
+			    nt, iters, e0, e1);
 			res[n_res].label = cf->label;
 			res[n_res].n_tok = nt;
 			res[n_res].ms = ms;
@@ -218,6 +300,7 @@ main(int argc, char **argv)
 		    100 * res[k].gbs / HBM_GBS, res[k].tflops,
 		    100 * res[k].tflops / PEAK_TFLOPS, 100 * res[k].roof);
 
+done:
 	for (l = 0; l < layers * 7; l++)
 		cudaFree(w[l]);
 	free(w);

@@ -548,7 +548,10 @@ matmul_case(struct cuda_blas *b, uint32_t wt, uint32_t xt, int nt, int n_in,
 		dx = to_dev(xb, (size_t)nt * n_in * 2);
 	} else
 		dx = to_dev(x, (size_t)nt * n_in * 4);
+	/* The path named, whatever batch the dispatcher would send it. */
+	cuda_blas_set_qmv_max_batch(b, deq ? 0 : 1 << 20);
 	CK(cuda_matmul_forward(b, dy, dx, xt, dw, wt, nt, n_in, n_out));
+	cuda_blas_set_qmv_max_batch(b, CUDA_QMV_MAX_BATCH_AUTO);
 	from_dev(got, dy, (size_t)nt * n_out * 4);
 	ref_matmul_forward(want, xf, wd, TT_F32, nt, n_in, n_out);
 	snprintf(sh, sizeof sh, "%s*%s/%dx%dx%d/%s", ti->name,
@@ -557,6 +560,53 @@ matmul_case(struct cuda_blas *b, uint32_t wt, uint32_t xt, int nt, int n_in,
 	cudaFree(dw); cudaFree(dx); cudaFree(dy);
 	free(w); free(wd); free(x0); free(x); free(xf); free(want); free(got);
 	free(xb); free(tol);
+}
+
+/* Whether the dispatcher takes a quantized product of nt tokens through
+ * dequantize + cuBLAS (it needs scratch space) rather than the direct
+ * kernel (F32 activations need none). */
+static int
+takes_dequant(uint32_t wt, int nt)
+{
+	const struct tensor_type_info *ti = tensor_type_get(wt);
+	struct cuda_blas	*b;
+	void			*w = rand_weights(wt, (size_t)256 * 32, 1.0f);
+	void			*dw = to_dev(w, tensor_row_bytes(ti, 256) * 32);
+	float			*x = rand_floats((size_t)nt * 256, 1.0f);
+	void			*dx = to_dev(x, (size_t)nt * 256 * 4);
+	float			*dy = to_dev(NULL, (size_t)nt * 32 * 4);
+	int			 deq;
+
+	CK(cuda_blas_create(&b, NULL));
+	CK(cuda_matmul_forward(b, dy, dx, CUDA_ACT_F32, dw, wt, nt, 256, 32));
+	CK(cudaDeviceSynchronize());
+	deq = cuda_blas_scratch_bytes(b) > 0;
+	cuda_blas_destroy(b);
+	cudaFree(dw); cudaFree(dx); cudaFree(dy);
+	free(w); free(x);
+	return deq;
+}
+
+/* The per-type limits of the direct kernel, as cuda_kernels.h gives them. */
+static void
+test_qmv_limits(void)
+{
+	static const struct { uint32_t t; int last; } lim[] = {
+		{ TT_Q4_K, 2 }, { TT_Q3_K, 2 }, { TT_Q5_K, 2 },
+		{ TT_Q8_0, 3 }, { TT_Q4_0, 3 }, { TT_Q4_1, 3 },
+		{ TT_Q6_K, 4 }, { TT_Q5_0, 4 }, { TT_IQ4_XS, 4 },
+	};
+	size_t	i;
+
+	for (i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+		const char *name = tensor_type_name(lim[i].t);
+
+		ok(!takes_dequant(lim[i].t, lim[i].last) &&
+		    takes_dequant(lim[i].t, lim[i].last + 1),
+		    "matmul %s: the direct kernel up to %d tokens, "
+		    "dequantize + cuBLAS from %d", name, lim[i].last,
+		    lim[i].last + 1);
+	}
 }
 
 /* The dispatcher: cuBLAS paths, the quantized paths, and bad arguments. */
@@ -582,9 +632,7 @@ test_matmul(void)
 	matmul_case(b, TT_Q6_K, CUDA_ACT_BF16, 20, 768, 80, "deq+gemm");
 	/* 8192-wide rows: 4096 rows per slice, so two slices */
 	matmul_case(b, TT_Q8_0, CUDA_ACT_F32, 20, 8192, 4200, "deq+gemm");
-	cuda_blas_set_qmv_max_batch(b, 64);
 	matmul_case(b, TT_Q6_K, CUDA_ACT_F32, 64, 512, 50, "qmv");
-	cuda_blas_set_qmv_max_batch(b, CUDA_QMV_MAX_BATCH_DEFAULT);
 	/* The types beyond the first seven, both paths each. */
 	matmul_case(b, TT_Q4_1, CUDA_ACT_F32, 3, 512, 70, "qmv");
 	matmul_case(b, TT_Q5_0, CUDA_ACT_F32, 2, 512, 70, "qmv");
@@ -872,6 +920,7 @@ main(void)
 	test_kv_store();
 	test_qmatmul();
 	test_matmul();
+	test_qmv_limits();
 	test_dequant_f16();
 	test_attention();
 	test_sample();
