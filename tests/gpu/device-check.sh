@@ -29,7 +29,8 @@
 # nothing: for a GPU machine without the libraries or a network.  DIR
 # holds config.h, phased-synth, phased-bench, tests/unit/test-kernels-ref,
 # test-matmul and test-quant, and tests/gpu/test-kernels, bench-kernels,
-# test-engine-cuda and test-comm.  Libraries the binaries cannot find
+# test-engine-cuda and test-comm; tests/gpu/prebuilt.sh gathers them and
+# the shared test data they read.  Libraries the binaries cannot find
 # (cuBLAS, NCCL) are looked for under /usr/local and /opt.
 # The shared test data is read from PHASED_SHARED, else ../shared.
 
