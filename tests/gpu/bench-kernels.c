@@ -14,7 +14,8 @@
  * --quick times 4 layers, 2 iterations.  --crossover instead times, for
  * every quantized type, the direct kernel against dequantize + cuBLAS at
  * 1 to 16 tokens and prints the largest batch the direct kernel wins
- * (the dispatcher's qmv_max_batch).  Exits 0 without a device.
+ * (the limit qmv_limit in matmul.cu gives each type).  Exits 0 without
+ * a device.
  */
 #include "config.h"
 
@@ -65,11 +66,11 @@ struct config {
 };
 
 static const struct config configs[] = {
-	{ "f16 (cuBLAS, f32 act)", TT_F16, CUDA_ACT_F32, 
+	{ "f16 (cuBLAS, f32 act)", TT_F16, CUDA_ACT_F32,
 	    CUDA_QMV_MAX_BATCH_AUTO, 1, 512 },
-	{ "bf16 (cuBLAS, bf16 act)", TT_BF16, CUDA_ACT_BF16, 
+	{ "bf16 (cuBLAS, bf16 act)", TT_BF16, CUDA_ACT_BF16,
 	    CUDA_QMV_MAX_BATCH_AUTO, 1, 512 },
-	{ "q8_0 (auto)", TT_Q8_0, CUDA_ACT_F32, 
+	{ "q8_0 (auto)", TT_Q8_0, CUDA_ACT_F32,
 	    CUDA_QMV_MAX_BATCH_AUTO, 1, 512 },
 	{ "q8_0 (direct kernel)", TT_Q8_0, CUDA_ACT_F32, 1 << 20, 8, 64 },
 	{ "q8_0 (dequant+cuBLAS)", TT_Q8_0, CUDA_ACT_F32, 0, 8, 512 },
