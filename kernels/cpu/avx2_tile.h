@@ -39,8 +39,8 @@ avx2_store_rows(float *y, __m256 v, int n)
  * Prefetch, AVX2_PF_DECODE bytes ahead, the n-byte block at p that a
  * single token's tile reads next (see prefetch_lines).  The Q6_K tile
  * prefetches nothing: there it was 3-16% faster without (12 rounds on two
- * days, when it took one row group a token; not measured since it takes
- * two), where Q4_0 and Q5_0 were slower without.
+ * days, when it took one row group a token; 16-24% with two groups),
+ * where Q4_0 and Q5_0 were slower without.
  */
 static inline __attribute__((always_inline)) void
 avx2_prefetch_block(const void *p, int n)
