@@ -26,12 +26,10 @@
 #
 # --prebuilt DIR runs the binaries of a build directory configured
 # --with-cuda on another machine (the same CUDA major version) and builds
-# nothing: for a GPU machine without the libraries or a network.  DIR
-# holds config.h, phased-synth, phased-bench, tests/unit/test-kernels-ref,
-# test-matmul and test-quant, and tests/gpu/test-kernels, bench-kernels,
-# test-engine-cuda and test-comm; tests/gpu/prebuilt.sh gathers them and
-# the shared test data they read.  Libraries the binaries cannot find
-# (cuBLAS, NCCL) are looked for under /usr/local and /opt.
+# nothing: for a GPU machine without the libraries or a network.
+# tests/gpu/prebuilt.sh gathers DIR and the shared test data the binaries
+# read.  Libraries they cannot find (cuBLAS, NCCL) are looked for under
+# /usr/local and /opt.
 # The shared test data is read from PHASED_SHARED, else ../shared.
 
 set -u
@@ -236,7 +234,7 @@ say "cpu kernels on this host's vector extensions"
 # machine's processor may take paths the build machine cannot test.
 for t in test-matmul test-quant; do
 	if [ -x tests/unit/$t ]; then
-		PHASED_SHARED=$shared ./tests/unit/$t >$t.tap 2>&1 || status=1
+		./tests/unit/$t >$t.tap 2>&1 || status=1
 		echo "$t: $(grep -c '^ok' $t.tap) ok, $(grep -c '^not ok' $t.tap)" \
 		    "not ok$(grep -m1 -i 'skip' $t.tap | sed 's/^/; /')"
 		grep -m5 -A2 '^not ok' $t.tap
