@@ -46,6 +46,8 @@
 
 /* Rows of a group: one per lane of a vector of eight. */
 #define PG	8
+/* Tokens of a tile, at most. */
+#define P32_NR	PACK32_IQ4_NR
 
 enum p32 { P_Q4_1, P_Q5_0, P_Q5_1, P_IQ4_NL };
 
@@ -207,20 +209,20 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 	const size_t	 gstride = (size_t)nb * BLK(kind);
 	const __m256i	 ones = _mm256_set1_epi16(1);
 	const uint8_t	*gp[2];
-	const int8_t	*xq[PACK2_NR];
-	const float	*xd[PACK2_NR], *xs[PACK2_NR];
-	__m256		 acc[2][PACK2_NR];
+	const int8_t	*xq[P32_NR];
+	const float	*xd[P32_NR], *xs[P32_NR];
+	__m256		 acc[2][P32_NR];
 	int64_t		 b;
 	int		 g, j, k;
 
 #pragma GCC unroll 2
 	for (g = 0; g < mg; g++) {
 		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (j = 0; j < nr; j++)
 			acc[g][j] = _mm256_setzero_ps();
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (j = 0; j < nr; j++) {
 		xq[j] = a->q + (size_t)(t0 + j) * stride;
 		xd[j] = a->d + (size_t)(t0 + j) * (stride / 32);
@@ -233,7 +235,7 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 		 * (their 16-bit sums together could overflow), and half of
 		 * IQ4_NL's for a single token.
 		 */
-		__m256i	ia[2][PACK2_NR], ib[2][PACK2_NR], h[2];
+		__m256i	ia[2][P32_NR], ib[2][P32_NR], h[2];
 
 #pragma GCC unroll 2
 		for (g = 0; g < mg; g++) {
@@ -243,11 +245,11 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 				avx2_prefetch_block(p, BLK(kind));
 			h[g] = IS_Q5(kind) ? _mm256_loadu_si256((const __m256i *)(p +
 			    OFF_Q(kind) + 128)) : _mm256_setzero_si256();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 			for (j = 0; j < nr; j++)
 				ia[g][j] = ib[g][j] = _mm256_setzero_si256();
 		}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (k = 0; k < 4; k++) {
 			__m256i	lo[2], hi[2], ul[2], uh[2];
 
@@ -263,7 +265,22 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 					uh[g] = hi[g];
 				}
 			}
-#pragma GCC unroll 4
+			/* IQ4_NL: the low code vector for every token, then the high. */
+			if (kind == P_IQ4_NL && nr > 1) {
+#pragma GCC unroll 16
+				for (j = 0; j < 2 * nr; j++) {
+					const int t = j % nr;
+					const __m256i x = bcast4(xq[t] + 32 * b + 16 * (j / nr) +
+					    4 * k);
+					const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(
+					    j < nr ? ul[0] : uh[0], _mm256_sign_epi8(x,
+					    j < nr ? lo[0] : hi[0])), ones);
+
+					ia[0][t] = avx2_chain(_mm256_add_epi32(ia[0][t], p));
+				}
+				continue;
+			}
+#pragma GCC unroll 8
 			for (j = 0; j < nr; j++) {
 				const __m256i xl = bcast4(xq[j] + 32 * b + 4 * k);
 				const __m256i xh = bcast4(xq[j] + 32 * b + 16 + 4 * k);
@@ -282,7 +299,7 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 			    (const __m128i *)(p + OFF_M))) : kind == P_Q5_0 ?
 			    _mm256_mul_ps(ws, _mm256_set1_ps(-16.0f)) : _mm256_setzero_ps();
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 			for (j = 0; j < nr; j++) {
 				__m256i	is;
 
@@ -304,7 +321,7 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 	}
 #pragma GCC unroll 2
 	for (g = 0; g < mg; g++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (j = 0; j < nr; j++)
 			avx2_store_rows(y + (size_t)(t0 + j) * ldy + r0 + PG * g, acc[g][j],
 			    mr - PG * g);
@@ -314,7 +331,10 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
  * The packing and the packed tile shapes of a type: a single token takes
  * both groups at once (two chains in flight, one pass over the
  * activations); more tokens go a group at a time, which leaves registers
- * for four of them.
+ * for four of them, or for IQ4_NL eight: its one 32-bit sum a token and
+ * half of a pair of code vectors at a time fit, and each code vector's
+ * sign and |v| (the vpabsb, vpshufb and unpacking, a sixth of the
+ * work at four tokens) serve twice the tokens.
  */
 #define P32_SHAPES(pk, fn, kind)					\
 size_t									\
@@ -339,6 +359,15 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
 		int64_t	r = r0 + PG * g;				\
 		int	n = mr - PG * g;				\
 									\
+		if (kind == P_IQ4_NL && nr > 4) {			\
+			switch (nr) {					\
+			case 5: p32_tile(kind, pw, cols, r, 1, n, a, t0, 5, y, ldy); break; \
+			case 6: p32_tile(kind, pw, cols, r, 1, n, a, t0, 6, y, ldy); break; \
+			case 7: p32_tile(kind, pw, cols, r, 1, n, a, t0, 7, y, ldy); break; \
+			default: p32_tile(kind, pw, cols, r, 1, n, a, t0, 8, y, ldy); break; \
+			}						\
+			continue;					\
+		}							\
 		switch (nr) {						\
 		case 2: p32_tile(kind, pw, cols, r, 1, n, a, t0, 2, y, ldy); break; \
 		case 3: p32_tile(kind, pw, cols, r, 1, n, a, t0, 3, y, ldy); break; \

@@ -13,8 +13,11 @@
 /*
  * quant_pack_fn and quant_packed_fn (see quant.h): tiles of up to
  * PACK2_MR rows (two groups of 8, one row per vector lane) by PACK2_NR
- * tokens on activations in ACT_NATURAL, the tile shape of pack_avx2.h.
+ * tokens on activations in ACT_NATURAL, the tile shape of pack_avx2.h;
+ * IQ4_NL's tiles take up to PACK32_IQ4_NR tokens.
  */
+#define PACK32_IQ4_NR	8
+
 size_t	avx2_q4_1_pack(const uint8_t *, size_t, int64_t, int64_t, uint8_t *);
 void	avx2_q4_1_packed(const uint8_t *, int64_t, int64_t, int, const struct qact *,
 	    int, int, float *, int64_t);

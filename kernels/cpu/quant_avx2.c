@@ -811,6 +811,10 @@ quant_kernel_avx2(uint32_t type)
 		k.fill = avx2_act_fill;
 		k.pack = avx2_iq4_nl_pack;
 		k.pfn = avx2_iq4_nl_packed;
+		k.pmr = PACK2_MR;
+		k.pnr = PACK32_IQ4_NR;
+		k.playout = ACT_NATURAL;
+		k.pfill = avx2_act_fill;
 		break;
 	case TT_Q2_K:
 		k.fn = avx2_q2_k;
