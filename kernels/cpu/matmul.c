@@ -37,6 +37,9 @@
  */
 #define AMX_MIN_TOKENS	64
 
+/* Threads that get a region of work items of their own (see take_chunk). */
+#define MUL_REGIONS	64
+
 /* Batches up to this many tokens walk the weights one row at a time. */
 #ifndef SMALL_BATCH
 #define SMALL_BATCH	2
@@ -61,8 +64,58 @@ struct mul_job {
 	int64_t			 ldy;
 	int64_t			 chunk_rows;	/* rows per work item */
 	int64_t			 nchunks;
-	_Atomic int64_t		 next;		/* next work item to take */
+	/*
+	 * Work items in one run of consecutive ones per thread: region i
+	 * holds (back << 32 | front), items front..back-1 left to take.
+	 */
+	int			 nregions;
+	_Atomic uint64_t	 region[MUL_REGIONS];
 };
+
+/*
+ * Split the job's work items into one region per thread (at most
+ * MUL_REGIONS).
+ */
+static void
+regions_init(struct mul_job *job, int nth)
+{
+	int	i;
+
+	job->nregions = nth < MUL_REGIONS ? nth : MUL_REGIONS;
+	for (i = 0; i < job->nregions; i++)
+		atomic_init(&job->region[i],
+		    (uint64_t)(job->nchunks * (i + 1) / job->nregions) << 32 |
+		    (uint64_t)(job->nchunks * i / job->nregions));
+}
+
+/*
+ * The next work item for thread ith: the front of its own region, so its
+ * rows stream in one run of addresses (one cold start for the prefetchers
+ * instead of one per item), then the back of another's, so a thread the
+ * scheduler delays is not waited for.  -1 when none are left.
+ */
+static int64_t
+take_chunk(struct mul_job *job, int ith)
+{
+	uint64_t	v;
+	int		i, r;
+
+	for (i = 0; i < job->nregions; i++) {
+		r = (ith + i) % job->nregions;
+		v = atomic_load_explicit(&job->region[r], memory_order_relaxed);
+		while ((uint32_t)v < (uint32_t)(v >> 32)) {
+			if (i == 0) {
+				if (atomic_compare_exchange_weak_explicit(&job->region[r],
+				    &v, v + 1, memory_order_relaxed, memory_order_relaxed))
+					return ((int64_t)(uint32_t)v);
+			} else if (atomic_compare_exchange_weak_explicit(&job->region[r],
+			    &v, v - ((uint64_t)1 << 32), memory_order_relaxed,
+			    memory_order_relaxed))
+				return ((int64_t)(v >> 32) - 1);
+		}
+	}
+	return (-1);
+}
 
 /*
  * Let the kernel reclaim the pages of rows that were just copied, so a
@@ -202,7 +255,7 @@ qmat_get_row(const struct qmat *m, int64_t r, float *out)
  * (one 16-row group at a time for a small batch, a single stream).
  */
 static void
-packed_worker(struct mul_job *job)
+packed_worker(struct mul_job *job, int ith)
 {
 	const struct qmat	*m = job->m;
 	const struct quant_kernel *k = &m->kern;
@@ -222,8 +275,7 @@ packed_worker(struct mul_job *job)
 		if (tb < k->anr)
 			tb = k->anr;
 	}
-	while ((c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) <
-	    job->nchunks) {
+	while ((c = take_chunk(job, ith)) >= 0) {
 		r0 = c * job->chunk_rows;
 		r1 = r0 + job->chunk_rows < m->rows ? r0 + job->chunk_rows : m->rows;
 		for (t = 0; t < job->n_tok; t = t1) {
@@ -249,9 +301,10 @@ packed_worker(struct mul_job *job)
 }
 
 /*
- * Take chunks of rows until none are left.  Threads take chunks from a
- * shared counter rather than a fixed share, so a thread that the scheduler
- * delays (the cores are shared) does not hold the others up.  A chunk is
+ * Take chunks of rows until none are left: a thread's own run of them
+ * first, then what others have not reached (take_chunk), so a thread that
+ * the scheduler delays (the cores are shared) does not hold the others up.
+ * A chunk is
  * walked once per block of tokens small enough for the prepared activations
  * to stay in L2, so its weights stream from memory once per block and a
  * row tile is reused from L1 for every token tile.
@@ -273,7 +326,7 @@ mul_worker(void *arg, int ith, int nth)
 	 * tile height so activation loads are shared by rows.
 	 */
 	if (m->packed != NULL) {
-		packed_worker(job);
+		packed_worker(job, ith);
 		return;
 	}
 	row_step = job->n_tok <= SMALL_BATCH ? (k->dmr > 0 ? k->dmr : 1) : k->mr;
@@ -283,8 +336,7 @@ mul_worker(void *arg, int ith, int nth)
 	tb -= tb % k->nr;
 	if (tb < k->nr)
 		tb = k->nr;
-	while ((c = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) <
-	    job->nchunks) {
+	while ((c = take_chunk(job, ith)) >= 0) {
 		r0 = c * job->chunk_rows;
 		r1 = r0 + job->chunk_rows < m->rows ? r0 + job->chunk_rows : m->rows;
 		for (t = 0; t < job->n_tok; t = t1) {
@@ -341,7 +393,7 @@ qmat_mul(struct threadpool *pool, const struct qmat *m, const float *X, int n_to
 	if (job.chunk_rows < mr)
 		job.chunk_rows = mr;
 	job.nchunks = (m->rows + job.chunk_rows - 1) / job.chunk_rows;
-	atomic_init(&job.next, 0);
+	regions_init(&job, nth);
 	threadpool_run_any(pool, mul_worker, &job);
 	free(owned);
 }

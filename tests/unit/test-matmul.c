@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "matmul.h"
 #include "quant.h"
@@ -199,6 +200,59 @@ out:
 	free(wf);
 }
 
+/*
+ * More threads than CPUs, most of them late to each run: whichever thread
+ * takes a chunk of rows, from the front of its own run or the back of
+ * another's, every row is computed exactly once, as one thread computes
+ * it (Y starts as NaN bits).
+ */
+static void
+test_oversubscribed(void)
+{
+	const int64_t	 rows = 1000, cols = 256;
+	const size_t	 rb = tensor_row_bytes(tensor_type_get(TT_Q8_0), cols);
+	uint8_t		*w = malloc(rows * rb);
+	float		*x = malloc(2 * cols * sizeof *x);
+	float		*y1 = malloc(2 * rows * sizeof *y1);
+	float		*y = malloc(2 * rows * sizeof *y);
+	struct threadpool *pool;
+	struct qmat	*m;
+	char		*cause = NULL;
+	int64_t		 r;
+	int		 i, n, bad = 0;
+
+	for (r = 0; r < rows; r++)
+		ktu_fill_row(TT_Q8_0, w + r * rb, cols);
+	for (i = 0; i < 2 * cols; i++)
+		x[i] = ktu_uniform();
+	m = qmat_create(TT_Q8_0, rows, cols, w, &cause);
+	pool = threadpool_create(7, NULL, &cause);
+	if (!ok(m != NULL && pool != NULL, "7 threads: matrix and pool made")) {
+		diag("%s", cause);
+		goto out;
+	}
+	for (n = 1; n <= 2; n++)
+		qmat_mul(NULL, m, x, n, y1, rows);
+	for (i = 0; i < 200; i++) {
+		n = 1 + i % 2;
+		memset(y, 0xff, 2 * rows * sizeof *y);
+		qmat_mul(pool, m, x, n, y, rows);
+		if (memcmp(y, y1, n * rows * sizeof *y) != 0)
+			bad++;
+	}
+	ok(bad == 0, "7 threads on %d CPUs: every row computed once, bit-identical "
+	    "(%d of 200 runs differ)", (int)sysconf(_SC_NPROCESSORS_ONLN), bad);
+out:
+	if (pool != NULL)
+		threadpool_destroy(pool);
+	qmat_free(m);
+	free(cause);
+	free(w);
+	free(x);
+	free(y1);
+	free(y);
+}
+
 int
 main(void)
 {
@@ -371,6 +425,7 @@ main(void)
 	} else
 		diag("bf16 dot products: not supported by this CPU, skipped");
 	quant_force_isa(QUANT_ISA_AUTO);
+	test_oversubscribed();
 	threadpool_destroy(pool);
 	done_testing();
 }
