@@ -304,10 +304,9 @@ packed_worker(struct mul_job *job, int ith)
  * Take chunks of rows until none are left: a thread's own run of them
  * first, then what others have not reached (take_chunk), so a thread that
  * the scheduler delays (the cores are shared) does not hold the others up.
- * A chunk is
- * walked once per block of tokens small enough for the prepared activations
- * to stay in L2, so its weights stream from memory once per block and a
- * row tile is reused from L1 for every token tile.
+ * A chunk is walked once per block of tokens small enough for the prepared
+ * activations to stay in L2, so its weights stream from memory once per
+ * block and a row tile is reused from L1 for every token tile.
  */
 static void
 mul_worker(void *arg, int ith, int nth)

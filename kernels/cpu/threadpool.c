@@ -343,7 +343,7 @@ threadpool_run(struct threadpool *tp, void (*fn)(void *, int, int), void *arg)
 /*
  * Run fn on the caller and on the workers that wake up before the caller
  * finishes its own call; workers that come later skip the run.  fn must
- * take its work from a shared counter, so that whoever runs does it all.
+ * take its work from shared state, so that whoever runs does it all.
  */
 void
 threadpool_run_any(struct threadpool *tp, void (*fn)(void *, int, int), void *arg)

@@ -37,8 +37,9 @@ void	threadpool_run(struct threadpool *, void (*fn)(void *arg, int ith, int nth)
 /*
  * Run fn on the caller and on whichever workers start before the caller
  * is done with its own call (late ones skip the run): fn must take its work
- * from a shared counter.  A worker the scheduler delays (cores shared with
- * other programs) then never holds the caller up.
+ * from shared state that any thread may empty (a counter, or runs others
+ * may steal from).  A worker the scheduler delays (cores shared with other
+ * programs) then never holds the caller up.
  */
 void	threadpool_run_any(struct threadpool *, void (*fn)(void *arg, int ith, int nth),
 	    void *arg);
