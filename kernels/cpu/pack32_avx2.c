@@ -163,29 +163,28 @@ unpack_pair(const enum p32 kind, const uint8_t *q, __m256i h, const int k,
 	}
 }
 
+/* IQ4_NL: the 32-bit sums of |v| x sign(v) q over a code vector u = |v|, s = v. */
+AI __m256i
+iq4_product(__m256i u, __m256i s, __m256i x)
+{
+	return (_mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(x, s)),
+	    _mm256_set1_epi16(1)));
+}
+
 /*
  * Add the products of a group's code vectors k and 4 + k (ul, uh; for
  * IQ4_NL |v|, with the signed values sl, sh) and a token's activations
- * (xl, xh) to the block's sums *ia and *ib (see p32_tile).
+ * (xl, xh) to the block's sums *ia and *ib (see p32_tile).  IQ4_NL comes
+ * here for a single token only: two chains (exact integer sums, the same
+ * result as one).
  */
 AI void
-mac_pair(const enum p32 kind, const int nr, __m256i *ia, __m256i *ib, __m256i ul,
-    __m256i uh, __m256i sl, __m256i sh, __m256i xl, __m256i xh)
+mac_pair(const enum p32 kind, __m256i *ia, __m256i *ib, __m256i ul, __m256i uh,
+    __m256i sl, __m256i sh, __m256i xl, __m256i xh)
 {
-	const __m256i	ones = _mm256_set1_epi16(1);
-	__m256i		pl, ph;
-
 	if (kind == P_IQ4_NL) {
-		pl = _mm256_madd_epi16(_mm256_maddubs_epi16(ul, _mm256_sign_epi8(xl, sl)),
-		    ones);
-		ph = _mm256_madd_epi16(_mm256_maddubs_epi16(uh, _mm256_sign_epi8(xh, sh)),
-		    ones);
-		*ia = avx2_chain(_mm256_add_epi32(*ia, pl));
-		/* A single token: two chains (exact integer sums, same result). */
-		if (nr == 1)
-			*ib = avx2_chain(_mm256_add_epi32(*ib, ph));
-		else
-			*ia = avx2_chain(_mm256_add_epi32(*ia, ph));
+		*ia = avx2_chain(_mm256_add_epi32(*ia, iq4_product(ul, sl, xl)));
+		*ib = avx2_chain(_mm256_add_epi32(*ib, iq4_product(uh, sh, xh)));
 		return;
 	}
 	*ia = avx2_chain(_mm256_add_epi16(*ia, _mm256_maddubs_epi16(ul, xl)));
@@ -249,7 +248,7 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 			for (j = 0; j < nr; j++)
 				ia[g][j] = ib[g][j] = _mm256_setzero_si256();
 		}
-#pragma GCC unroll 8
+#pragma GCC unroll 4
 		for (k = 0; k < 4; k++) {
 			__m256i	lo[2], hi[2], ul[2], uh[2];
 
@@ -272,11 +271,10 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 					const int t = j % nr;
 					const __m256i x = bcast4(xq[t] + 32 * b + 16 * (j / nr) +
 					    4 * k);
-					const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(
-					    j < nr ? ul[0] : uh[0], _mm256_sign_epi8(x,
-					    j < nr ? lo[0] : hi[0])), ones);
 
-					ia[0][t] = avx2_chain(_mm256_add_epi32(ia[0][t], p));
+					ia[0][t] = avx2_chain(_mm256_add_epi32(ia[0][t], j < nr ?
+					    iq4_product(ul[0], lo[0], x) :
+					    iq4_product(uh[0], hi[0], x)));
 				}
 				continue;
 			}
@@ -287,7 +285,7 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++)
-					mac_pair(kind, nr, &ia[g][j], &ib[g][j], ul[g], uh[g],
+					mac_pair(kind, &ia[g][j], &ib[g][j], ul[g], uh[g],
 					    lo[g], hi[g], xl, xh);
 			}
 		}

@@ -811,10 +811,7 @@ quant_kernel_avx2(uint32_t type)
 		k.fill = avx2_act_fill;
 		k.pack = avx2_iq4_nl_pack;
 		k.pfn = avx2_iq4_nl_packed;
-		k.pmr = PACK2_MR;
 		k.pnr = PACK32_IQ4_NR;
-		k.playout = ACT_NATURAL;
-		k.pfill = avx2_act_fill;
 		break;
 	case TT_Q2_K:
 		k.fn = avx2_q2_k;
@@ -859,9 +856,12 @@ quant_kernel_avx2(uint32_t type)
 		k.pfill = avx2_act_fill;
 		break;
 	}
-	if (k.pack != NULL && k.pmr == 0) {
+	/* What a packed kernel leaves unset: pack_avx2.h's tile, ACT_NATURAL. */
+	if (k.pack != NULL && k.pmr == 0)
 		k.pmr = PACK2_MR;
+	if (k.pack != NULL && k.pnr == 0)
 		k.pnr = PACK2_NR;
+	if (k.pack != NULL && k.pfill == NULL) {
 		k.playout = ACT_NATURAL;
 		k.pfill = avx2_act_fill;
 	}
