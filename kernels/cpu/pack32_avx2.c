@@ -163,7 +163,12 @@ unpack_pair(const enum p32 kind, const uint8_t *q, __m256i h, const int k,
 	}
 }
 
-/* IQ4_NL: the 32-bit sums of |v| x sign(v) q over a code vector u = |v|, s = v. */
+/*
+ * IQ4_NL: the 32-bit sums of pairs u x sign(s) x.  The products v q of
+ * code book values and activation codes come as u = |v|, s = v, x = q, or
+ * as u = |q|, s = q, x = v: the same exact sums (a pair at most 2 x 128 x
+ * 127, within 16 bits), one vpabsb either way.
+ */
 AI __m256i
 iq4_product(__m256i u, __m256i s, __m256i x)
 {
@@ -172,26 +177,29 @@ iq4_product(__m256i u, __m256i s, __m256i x)
 }
 
 /*
- * Add the products of a group's code vectors k and 4 + k (ul, uh; for
- * IQ4_NL |v|, with the signed values sl, sh) and a token's activations
- * (xl, xh) to the block's sums *ia and *ib (see p32_tile).  IQ4_NL comes
- * here for a single token only: two chains (exact integer sums, the same
- * result as one).
+ * Add the products of a group's code vectors k and 4 + k (lo, hi; for
+ * IQ4_NL the signed code book values) and a token's activations (xl, xh)
+ * to the block's sums *ia and *ib (see p32_tile).  IQ4_NL comes here for a
+ * single token only: |q| then serves both groups where |v| would be one
+ * vpabsb a group, and two chains stay in flight (exact integer sums, the
+ * same result as one).
  */
 AI void
-mac_pair(const enum p32 kind, __m256i *ia, __m256i *ib, __m256i ul, __m256i uh,
-    __m256i sl, __m256i sh, __m256i xl, __m256i xh)
+mac_pair(const enum p32 kind, __m256i *ia, __m256i *ib, __m256i lo, __m256i hi,
+    __m256i xl, __m256i xh)
 {
 	if (kind == P_IQ4_NL) {
-		*ia = avx2_chain(_mm256_add_epi32(*ia, iq4_product(ul, sl, xl)));
-		*ib = avx2_chain(_mm256_add_epi32(*ib, iq4_product(uh, sh, xh)));
+		*ia = avx2_chain(_mm256_add_epi32(*ia, iq4_product(_mm256_abs_epi8(xl),
+		    xl, lo)));
+		*ib = avx2_chain(_mm256_add_epi32(*ib, iq4_product(_mm256_abs_epi8(xh),
+		    xh, hi)));
 		return;
 	}
-	*ia = avx2_chain(_mm256_add_epi16(*ia, _mm256_maddubs_epi16(ul, xl)));
+	*ia = avx2_chain(_mm256_add_epi16(*ia, _mm256_maddubs_epi16(lo, xl)));
 	if (IS_Q5(kind))
-		*ib = avx2_chain(_mm256_add_epi16(*ib, _mm256_maddubs_epi16(uh, xh)));
+		*ib = avx2_chain(_mm256_add_epi16(*ib, _mm256_maddubs_epi16(hi, xh)));
 	else
-		*ia = avx2_chain(_mm256_add_epi16(*ia, _mm256_maddubs_epi16(uh, xh)));
+		*ia = avx2_chain(_mm256_add_epi16(*ia, _mm256_maddubs_epi16(hi, xh)));
 }
 
 /*
@@ -250,22 +258,20 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 		}
 #pragma GCC unroll 4
 		for (k = 0; k < 4; k++) {
-			__m256i	lo[2], hi[2], ul[2], uh[2];
+			__m256i	lo[2], hi[2];
 
 #pragma GCC unroll 2
-			for (g = 0; g < mg; g++) {
+			for (g = 0; g < mg; g++)
 				unpack_pair(kind, gp[g] + (size_t)b * BLK(kind) + OFF_Q(kind),
 				    h[g], k, &lo[g], &hi[g]);
-				if (kind == P_IQ4_NL) {
-					ul[g] = _mm256_abs_epi8(lo[g]);
-					uh[g] = _mm256_abs_epi8(hi[g]);
-				} else {
-					ul[g] = lo[g];
-					uh[g] = hi[g];
-				}
-			}
-			/* IQ4_NL: the low code vector for every token, then the high. */
+			/*
+			 * IQ4_NL: the low code vector for every token, then the
+			 * high, each vector's |v| shared by the tokens.
+			 */
 			if (kind == P_IQ4_NL && nr > 1) {
+				const __m256i ul = _mm256_abs_epi8(lo[0]);
+				const __m256i uh = _mm256_abs_epi8(hi[0]);
+
 #pragma GCC unroll 16
 				for (j = 0; j < 2 * nr; j++) {
 					const int t = j % nr;
@@ -273,8 +279,8 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 					    4 * k);
 
 					ia[0][t] = avx2_chain(_mm256_add_epi32(ia[0][t], j < nr ?
-					    iq4_product(ul[0], lo[0], x) :
-					    iq4_product(uh[0], hi[0], x)));
+					    iq4_product(ul, lo[0], x) :
+					    iq4_product(uh, hi[0], x)));
 				}
 				continue;
 			}
@@ -285,8 +291,8 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++)
-					mac_pair(kind, &ia[g][j], &ib[g][j], ul[g], uh[g],
-					    lo[g], hi[g], xl, xh);
+					mac_pair(kind, &ia[g][j], &ib[g][j], lo[g], hi[g],
+					    xl, xh);
 			}
 		}
 #pragma GCC unroll 2

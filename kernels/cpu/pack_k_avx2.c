@@ -380,8 +380,10 @@ pair_acts(const enum pkind kind, const struct qact *a, int t0, int nr, int64_t c
 /*
  * Code vector k (compile-time) of a block for mg groups and nr tokens:
  * into the 16-bit sums is, or for IQ4_XS (|v| with the sign on the
- * activations, a pair up to 2 x 127 x 127) widened against the scales sc
- * at once into iv.
+ * activations, a pair up to 2 x 128 x 127) widened against the scales sc
+ * at once into iv.  A single token takes |q| with the sign on the code
+ * book values instead, the same exact products: one vpabsb for all groups
+ * rather than one a group.
  */
 AI void
 kstep(const enum pkind kind, const uint8_t *const *q, const int8_t *const *xq,
@@ -399,25 +401,28 @@ kstep(const enum pkind kind, const uint8_t *const *q, const int8_t *const *xq,
 		c[g] = kcodes(kind, q[g], k);
 		if (kind == P_IQ4_XS) {
 			v[g] = _mm256_shuffle_epi8(book, c[g]);
-			c[g] = _mm256_abs_epi8(v[g]);
+			if (nr > 1)
+				c[g] = _mm256_abs_epi8(v[g]);
 		}
 	}
 #pragma GCC unroll 4
 	for (t = 0; t < nr; t++) {
-		__m256i	x = bcast4(xq[t] + e + 4 * k);
+		const __m256i	x = bcast4(xq[t] + e + 4 * k);
+		const __m256i	ax = _mm256_abs_epi8(x);
 
 #pragma GCC unroll 2
 		for (g = 0; g < mg; g++) {
-			if (kind != P_IQ4_XS)
+			__m256i	p;
+
+			if (kind != P_IQ4_XS) {
 				is[g][t] = avx2_chain(_mm256_add_epi16(is[g][t],
 				    _mm256_maddubs_epi16(c[g], x)));
-			else if (k == 0)
-				iv[g][t] = _mm256_madd_epi16(_mm256_maddubs_epi16(c[g],
-				    _mm256_sign_epi8(x, v[g])), sc[g]);
-			else
-				iv[g][t] = avx2_chain(_mm256_add_epi32(iv[g][t], _mm256_madd_epi16(
-				    _mm256_maddubs_epi16(c[g], _mm256_sign_epi8(x, v[g])),
-				    sc[g])));
+				continue;
+			}
+			p = _mm256_madd_epi16(nr == 1 ? _mm256_maddubs_epi16(ax,
+			    _mm256_sign_epi8(v[g], x)) : _mm256_maddubs_epi16(c[g],
+			    _mm256_sign_epi8(x, v[g])), sc[g]);
+			iv[g][t] = k == 0 ? p : avx2_chain(_mm256_add_epi32(iv[g][t], p));
 		}
 	}
 }
