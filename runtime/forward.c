@@ -636,8 +636,12 @@ struct ew_job {
 #define EW_ADD		0	/* a += b */
 #define EW_SILU		1	/* a = silu(a) * b */
 #define EW_GELU		2	/* a = gelu(a) * b */
-/* Below this many floats the work stays on the calling thread. */
-#define EW_MIN_PARALLEL	(1 << 15)
+/*
+ * Below this many floats the work stays on the calling thread.  One
+ * token's SiLU (n_ff floats, an expf each) is above it: left to one
+ * thread it kept the other waiting for about 1% of a decode step.
+ */
+#define EW_MIN_PARALLEL	(1 << 12)
 
 /* One thread's share of an ew_job: the same operation on every element. */
 static void
@@ -800,9 +804,13 @@ forward_rows(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 			rmsnorm(xb + (size_t)row * dim, x + (size_t)row * dim,
 			    l->attn_norm, dim, mi->rms_eps);
 		}
-		qmat_mul(tp, l->wq, xb, T, q, qd);
-		qmat_mul(tp, l->wk, xb, T, k, kvd);
-		qmat_mul(tp, l->wv, xb, T, v, kvd);
+		{	/* q, k and v in one run of the pool */
+			const struct qmat *w[3] = { l->wq, l->wk, l->wv };
+			float *const o[3] = { q, k, v };
+			const int64_t ld[3] = { qd, kvd, kvd };
+
+			qmat_mul_n(tp, 3, w, xb, T, o, ld);
+		}
 		if (l->bq != NULL) {
 			for (row = 0; row < T; row++) {
 				for (j = 0; j < qd; j++)
@@ -853,8 +861,13 @@ forward_rows(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 			rmsnorm(xb + (size_t)row * dim, x + (size_t)row * dim,
 			    l->ffn_norm, dim, mi->rms_eps);
 		}
-		qmat_mul(tp, l->w_gate, xb, T, hb, ff);
-		qmat_mul(tp, l->w_up, xb, T, hb2, ff);
+		{	/* gate and up in one run of the pool */
+			const struct qmat *w[2] = { l->w_gate, l->w_up };
+			float *const o[2] = { hb, hb2 };
+			const int64_t ld[2] = { ff, ff };
+
+			qmat_mul_n(tp, 2, w, xb, T, o, ld);
+		}
 		ew_run(tp, hp->ffn_gelu ? EW_GELU : EW_SILU, hb, hb2,
 		    (size_t)T * ff);
 		qmat_mul(tp, l->w_down, hb, T, xb, dim);

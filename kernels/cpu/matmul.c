@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "amx.h"
+#include "log.h"
 #include "matmul.h"
 #include "quant.h"
 #include "tensor_type.h"
@@ -56,14 +57,21 @@ struct qmat {
 	size_t			 packed_bytes;
 };
 
-struct mul_job {
+/* One matrix of a product: its activations, outputs and work items. */
+struct mul_part {
 	const struct qmat	*m;
 	const struct qact	*a;
-	int			 n_tok;
 	float			*y;
 	int64_t			 ldy;
 	int64_t			 chunk_rows;	/* rows per work item */
-	int64_t			 nchunks;
+	int64_t			 first;		/* its first item in the job */
+};
+
+struct mul_job {
+	struct mul_part		 part[QMAT_MUL_MAX];
+	int			 nparts;
+	int			 n_tok;
+	int64_t			 nchunks;	/* work items of all parts */
 	/*
 	 * Work items in one run of consecutive ones per thread: region i
 	 * holds (back << 32 | front), items front..back-1 left to take.
@@ -251,50 +259,79 @@ qmat_get_row(const struct qmat *m, int64_t r, float *out)
 }
 
 /*
- * mul_worker on repacked weights: the same walk, in tiles of pmr rows
- * (one 16-row group at a time for a small batch, a single stream).
+ * Rows [r0, r1) of a part on repacked weights: tiles of pmr rows (one
+ * 16-row group at a time for a small batch, a single stream).
  */
 static void
-packed_worker(struct mul_job *job, int ith)
+packed_rows(const struct mul_part *p, int n_tok, int64_t r0, int64_t r1)
 {
-	const struct qmat	*m = job->m;
+	const struct qmat	*m = p->m;
 	const struct quant_kernel *k = &m->kern;
-	int64_t			 c, r, r0, r1;
+	int64_t			 r;
 	int			 tb, t, t1, tt, row_step, use_amx;
 
-	row_step = job->n_tok <= SMALL_BATCH ? 16 : k->pmr;
+	row_step = n_tok <= SMALL_BATCH ? 16 : k->pmr;
 	tb = (int)(ACT_BLOCK_BYTES / ((size_t)m->cols * 3));
 	tb -= tb % k->pnr;
 	if (tb < k->pnr)
 		tb = k->pnr;
 	/* AMX takes whole tiles of anr tokens; the rest of a block goes to pfn. */
-	use_amx = k->afn != NULL && job->n_tok >= AMX_MIN_TOKENS;
+	use_amx = k->afn != NULL && n_tok >= AMX_MIN_TOKENS;
 	if (use_amx) {
 		tb = (int)(AMX_ACT_BYTES / ((size_t)m->cols * 5 / 4));
 		tb -= tb % k->anr;
 		if (tb < k->anr)
 			tb = k->anr;
 	}
-	while ((c = take_chunk(job, ith)) >= 0) {
-		r0 = c * job->chunk_rows;
-		r1 = r0 + job->chunk_rows < m->rows ? r0 + job->chunk_rows : m->rows;
-		for (t = 0; t < job->n_tok; t = t1) {
-			t1 = t + tb < job->n_tok ? t + tb : job->n_tok;
-			for (r = r0; r < r1; r += row_step) {
-				int mr = r + row_step <= r1 ? row_step : (int)(r1 - r);
-				tt = t;
-				if (use_amx && t1 - t >= k->anr) {
-					int na = (t1 - t) - (t1 - t) % k->anr;
+	for (t = 0; t < n_tok; t = t1) {
+		t1 = t + tb < n_tok ? t + tb : n_tok;
+		for (r = r0; r < r1; r += row_step) {
+			int mr = r + row_step <= r1 ? row_step : (int)(r1 - r);
+			tt = t;
+			if (use_amx && t1 - t >= k->anr) {
+				int na = (t1 - t) - (t1 - t) % k->anr;
 
-					k->afn(m->packed, m->cols, r, mr, job->a, t, na,
-					    job->y, job->ldy);
-					tt = t + na;
-				}
-				for (; tt < t1; tt += k->pnr) {
-					int nr = tt + k->pnr <= t1 ? k->pnr : t1 - tt;
-					k->pfn(m->packed, m->cols, r, mr, job->a, tt, nr,
-					    job->y, job->ldy);
-				}
+				k->afn(m->packed, m->cols, r, mr, p->a, t, na, p->y, p->ldy);
+				tt = t + na;
+			}
+			for (; tt < t1; tt += k->pnr) {
+				int nr = tt + k->pnr <= t1 ? k->pnr : t1 - tt;
+				k->pfn(m->packed, m->cols, r, mr, p->a, tt, nr, p->y, p->ldy);
+			}
+		}
+	}
+}
+
+/*
+ * Rows [r0, r1) of a part on the mapped rows.  A small batch is bound by
+ * memory bandwidth: hand the kernel the few rows it walks together (dmr;
+ * one, a single sequential stream, unless it says otherwise).  A large
+ * one is bound by compute: use the full tile height so activation loads
+ * are shared by rows.
+ */
+static void
+plain_rows(const struct mul_part *p, int n_tok, int64_t r0, int64_t r1)
+{
+	const struct qmat	*m = p->m;
+	const struct quant_kernel *k = &m->kern;
+	int64_t			 r;
+	size_t			 per_tok;
+	int			 tb, t, t1, tt, row_step;
+
+	row_step = n_tok <= SMALL_BATCH ? (k->dmr > 0 ? k->dmr : 1) : k->mr;
+	per_tok = (size_t)m->cols * (p->a->q != NULL ? 3 : p->a->xb != NULL ? 2 : 4);
+	tb = (int)(ACT_BLOCK_BYTES / per_tok);
+	tb -= tb % k->nr;
+	if (tb < k->nr)
+		tb = k->nr;
+	for (t = 0; t < n_tok; t = t1) {
+		t1 = t + tb < n_tok ? t + tb : n_tok;
+		for (r = r0; r < r1; r += row_step) {
+			int mr = r + row_step <= r1 ? row_step : (int)(r1 - r);
+			for (tt = t; tt < t1; tt += k->nr) {
+				int nr = tt + k->nr <= t1 ? k->nr : t1 - tt;
+				k->fn(m->data, m->row_bytes, m->cols, r, mr, p->a, tt, nr,
+				    p->y, p->ldy);
 			}
 		}
 	}
@@ -312,87 +349,112 @@ static void
 mul_worker(void *arg, int ith, int nth)
 {
 	struct mul_job		*job = arg;
-	const struct qmat	*m = job->m;
-	const struct quant_kernel *k = &m->kern;
-	int64_t			 c, r, r0, r1;
-	size_t			 per_tok;
-	int			 tb, t, t1, tt, row_step;
+	const struct mul_part	*p;
+	int64_t			 c, r0, r1;
+	int			 i;
 
-	/*
-	 * A small batch is bound by memory bandwidth: hand the kernel the few
-	 * rows it walks together (dmr; one, a single sequential stream, unless
-	 * it says otherwise).  A large one is bound by compute: use the full
-	 * tile height so activation loads are shared by rows.
-	 */
-	if (m->packed != NULL) {
-		packed_worker(job, ith);
-		return;
-	}
-	row_step = job->n_tok <= SMALL_BATCH ? (k->dmr > 0 ? k->dmr : 1) : k->mr;
-	per_tok = (size_t)m->cols * (job->a->q != NULL ? 3 :
-	    job->a->xb != NULL ? 2 : 4);
-	tb = (int)(ACT_BLOCK_BYTES / per_tok);
-	tb -= tb % k->nr;
-	if (tb < k->nr)
-		tb = k->nr;
 	while ((c = take_chunk(job, ith)) >= 0) {
-		r0 = c * job->chunk_rows;
-		r1 = r0 + job->chunk_rows < m->rows ? r0 + job->chunk_rows : m->rows;
-		for (t = 0; t < job->n_tok; t = t1) {
-			t1 = t + tb < job->n_tok ? t + tb : job->n_tok;
-			for (r = r0; r < r1; r += row_step) {
-				int mr = r + row_step <= r1 ? row_step : (int)(r1 - r);
-				for (tt = t; tt < t1; tt += k->nr) {
-					int nr = tt + k->nr <= t1 ? k->nr : t1 - tt;
-					k->fn(m->data, m->row_bytes, m->cols, r, mr,
-					    job->a, tt, nr, job->y, job->ldy);
-				}
-			}
-		}
+		for (i = job->nparts - 1; job->part[i].first > c; i--)
+			;
+		p = &job->part[i];
+		r0 = (c - p->first) * p->chunk_rows;
+		r1 = r0 + p->chunk_rows < p->m->rows ? r0 + p->chunk_rows : p->m->rows;
+		if (p->m->packed != NULL)
+			packed_rows(p, job->n_tok, r0, r1);
+		else
+			plain_rows(p, job->n_tok, r0, r1);
 	}
 }
 
-/* Multiply: prepare the activations once, then split rows across threads. */
+/* The activation layout a matrix's kernel reads. */
+static int
+act_layout(const struct qmat *m)
+{
+	return (m->packed != NULL ? m->kern.playout : m->kern.layout);
+}
+
+/*
+ * Multiply n matrices by the same activations in one run of the pool: the
+ * activations are prepared once per distinct (type, layout), and the rows
+ * of all matrices are shared out as one set of work items, so the threads
+ * meet once instead of n times.
+ */
+void
+qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
+    const float *X, int n_tok, float *const *Ys, const int64_t *ldys)
+{
+	struct qact	 acts[QMAT_MUL_MAX];
+	struct mul_job	 job;
+	size_t		 need[QMAT_MUL_MAX], total = 0;
+	int		 i, j, nth, mr, shared[QMAT_MUL_MAX];
+	uint8_t		*buf = NULL;
+	void		*owned = NULL;
+
+	if (n_tok <= 0 || n < 1)
+		return;
+	if (n > QMAT_MUL_MAX)
+		fatalx("%s: %d matrices, at most %d", __func__, n, QMAT_MUL_MAX);
+	for (i = 0; i < n; i++) {
+		if (ms[i]->cols != ms[0]->cols)
+			fatalx("%s: matrices of %lld and %lld columns", __func__,
+			    (long long)ms[0]->cols, (long long)ms[i]->cols);
+		for (j = 0; j < i; j++) {
+			if (ms[j]->type == ms[i]->type &&
+			    act_layout(ms[j]) == act_layout(ms[i]))
+				break;
+		}
+		shared[i] = j;
+		need[i] = j < i ? 0 : (quant_act_bytes(ms[i]->type, act_layout(ms[i]),
+		    ms[i]->cols, n_tok) + 63) & ~(size_t)63;
+		total += need[i];
+	}
+	if (total != 0) {
+		if (pool != NULL)
+			buf = threadpool_scratch(pool, total);
+		else
+			buf = owned = xmalloc(total);
+	}
+	nth = threadpool_size(pool);
+	memset(&job, 0, sizeof job);
+	job.nparts = n;
+	job.n_tok = n_tok;
+	for (i = 0; i < n; i++) {
+		const struct qmat	*m = ms[i];
+		struct mul_part		*p = &job.part[i];
+
+		if (shared[i] == i) {
+			quant_act_init(&acts[i], m->type, act_layout(m), X, m->cols, n_tok,
+			    need[i] != 0 ? buf : NULL);
+			(m->packed != NULL ? m->kern.pfill : m->kern.fill)(&acts[i], m->type,
+			    0, n_tok);
+			buf += need[i];
+		}
+		p->m = m;
+		p->a = &acts[shared[i]];
+		p->y = Ys[i];
+		p->ldy = ldys[i];
+		/*
+		 * About eight chunks per thread (fewer, larger ones when the
+		 * batch is large and each chunk is a lot of work anyway), a
+		 * multiple of the tile height.
+		 */
+		p->chunk_rows = m->rows / (nth * (n_tok >= 64 ? 4 : 8));
+		mr = m->packed != NULL ? m->kern.pmr : m->kern.mr;
+		p->chunk_rows -= p->chunk_rows % mr;
+		if (p->chunk_rows < mr)
+			p->chunk_rows = mr;
+		p->first = job.nchunks;
+		job.nchunks += (m->rows + p->chunk_rows - 1) / p->chunk_rows;
+	}
+	regions_init(&job, nth);
+	threadpool_run_any(pool, mul_worker, &job);
+	free(owned);
+}
+
+/* Multiply one matrix: qmat_mul_n with n = 1. */
 void
 qmat_mul(struct threadpool *pool, const struct qmat *m, const float *X, int n_tok,
     float *Y, int64_t ldy)
 {
-	struct qact	 a;
-	struct mul_job	 job;
-	size_t		 need;
-	int		 nth, layout, mr;
-	void		*buf = NULL, *owned = NULL;
-
-	if (n_tok <= 0)
-		return;
-	layout = m->packed != NULL ? m->kern.playout : m->kern.layout;
-	need = quant_act_bytes(m->type, layout, m->cols, n_tok);
-	if (need != 0) {
-		if (pool != NULL)
-			buf = threadpool_scratch(pool, need);
-		else
-			buf = owned = xmalloc(need);
-	}
-	quant_act_init(&a, m->type, layout, X, m->cols, n_tok, buf);
-	(m->packed != NULL ? m->kern.pfill : m->kern.fill)(&a, m->type, 0, n_tok);
-	job.m = m;
-	job.a = &a;
-	job.n_tok = n_tok;
-	job.y = Y;
-	job.ldy = ldy;
-	/*
-	 * About eight chunks per thread (fewer, larger ones when the batch is
-	 * large and each chunk is a lot of work anyway), a multiple of the
-	 * tile height.
-	 */
-	nth = threadpool_size(pool);
-	job.chunk_rows = m->rows / (nth * (n_tok >= 64 ? 4 : 8));
-	mr = m->packed != NULL ? m->kern.pmr : m->kern.mr;
-	job.chunk_rows -= job.chunk_rows % mr;
-	if (job.chunk_rows < mr)
-		job.chunk_rows = mr;
-	job.nchunks = (m->rows + job.chunk_rows - 1) / job.chunk_rows;
-	regions_init(&job, nth);
-	threadpool_run_any(pool, mul_worker, &job);
-	free(owned);
+	qmat_mul_n(pool, 1, &m, X, n_tok, &Y, &ldy);
 }

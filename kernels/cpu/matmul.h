@@ -32,6 +32,16 @@ int		 qmat_amx(const struct qmat *);
 void	qmat_mul(struct threadpool *pool, const struct qmat *, const float *X, int n_tok,
 	    float *Y, int64_t ldy);
 
+/*
+ * The same for n (1 to QMAT_MUL_MAX) matrices of as many columns that
+ * multiply the same X, e.g. a layer's q, k and v: Ys[i] (row stride
+ * ldys[i]) gets ms[i] times X, with the same bits as qmat_mul gives, in one
+ * run of the pool.
+ */
+#define QMAT_MUL_MAX	4
+void	qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
+	    const float *X, int n_tok, float *const *Ys, const int64_t *ldys);
+
 /* Row r decoded to f32 (cols values), e.g. an embedding. */
 void	qmat_get_row(const struct qmat *, int64_t r, float *out);
 

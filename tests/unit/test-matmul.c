@@ -252,6 +252,75 @@ out:
 	free(y);
 }
 
+/*
+ * qmat_mul_n: matrices of several types (two sharing their prepared
+ * activations, one kept on the mapped rows) in one run of the pool give
+ * the bits qmat_mul gives each alone, and leave the padding between
+ * output rows alone.
+ */
+static void
+test_mul_n(struct threadpool *pool)
+{
+	static const uint32_t	 types[4] = { TT_Q4_K, TT_Q6_K, TT_Q4_K, TT_Q8_0 };
+	static const int64_t	 rows[4] = { 300, 40, 17, 70 };
+	static const int	 toks[3] = { 1, 7, 64 };
+	const int64_t		 cols = 512;
+	const struct qmat	*ms[4];
+	struct qmat		*m[4] = { NULL };
+	uint8_t			*w[4] = { NULL };
+	float			*y[4], *y1[4], *x = NULL;
+	int64_t			 ldy[4];
+	char			*cause = NULL;
+	size_t			 rb, i, k;
+	int			 t, n, bad = 0, made = 0;
+
+	x = malloc(64 * cols * sizeof *x);
+	for (k = 0; k < 64 * (size_t)cols; k++)
+		x[k] = ktu_uniform();
+	for (i = 0; i < 4; i++) {
+		rb = tensor_row_bytes(tensor_type_get(types[i]), cols);
+		w[i] = malloc(rows[i] * rb);
+		for (k = 0; k < (size_t)rows[i]; k++)
+			ktu_fill_row(types[i], w[i] + k * rb, cols);
+		if (i == 3)
+			quant_allow_pack(0);
+		m[i] = qmat_create(types[i], rows[i], cols, w[i], &cause);
+		quant_allow_pack(1);
+		made += m[i] != NULL;
+		ms[i] = m[i];
+		ldy[i] = rows[i] + 5;
+		y[i] = malloc(64 * ldy[i] * sizeof *y[i]);
+		y1[i] = malloc(64 * ldy[i] * sizeof *y1[i]);
+	}
+	if (!ok(made == 4, "qmat_mul_n: four matrices made")) {
+		diag("%s", cause);
+		goto out;
+	}
+	for (t = 0; t < 3; t++) {
+		n = toks[t];
+		for (i = 0; i < 4; i++) {
+			memset(y[i], 0xff, 64 * ldy[i] * sizeof *y[i]);
+			memset(y1[i], 0xff, 64 * ldy[i] * sizeof *y1[i]);
+			qmat_mul(NULL, m[i], x, n, y1[i], ldy[i]);
+		}
+		qmat_mul_n(pool, 4, ms, x, n, y, ldy);
+		for (i = 0; i < 4; i++)
+			if (memcmp(y[i], y1[i], 64 * ldy[i] * sizeof *y[i]) != 0)
+				bad++;
+	}
+	ok(bad == 0, "qmat_mul_n: Q4_K, Q6_K, Q4_K and mapped Q8_0 at 1, 7 and 64 "
+	    "tokens, bit-identical to qmat_mul of each (%d differ)", bad);
+out:
+	for (i = 0; i < 4; i++) {
+		qmat_free(m[i]);
+		free(w[i]);
+		free(y[i]);
+		free(y1[i]);
+	}
+	free(x);
+	free(cause);
+}
+
 int
 main(void)
 {
@@ -425,6 +494,7 @@ main(void)
 		diag("bf16 dot products: not supported by this CPU, skipped");
 	quant_force_isa(QUANT_ISA_AUTO);
 	test_oversubscribed();
+	test_mul_n(pool);
 	threadpool_destroy(pool);
 	done_testing();
 }
