@@ -386,6 +386,7 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 	struct qact	 acts[QMAT_MUL_MAX];
 	struct mul_job	 job;
 	size_t		 need[QMAT_MUL_MAX], total = 0;
+	int64_t		 rows;
 	int		 i, j, nth, mr, shared[QMAT_MUL_MAX];
 	uint8_t		*buf = NULL;
 	void		*owned = NULL;
@@ -415,6 +416,8 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 			buf = owned = xmalloc(total);
 	}
 	nth = threadpool_size(pool);
+	for (i = 0, rows = 0; i < n; i++)
+		rows += ms[i]->rows;
 	memset(&job, 0, sizeof job);
 	job.nparts = n;
 	job.n_tok = n_tok;
@@ -434,11 +437,13 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 		p->y = Ys[i];
 		p->ldy = ldys[i];
 		/*
-		 * About eight chunks per thread (fewer, larger ones when the
-		 * batch is large and each chunk is a lot of work anyway), a
-		 * multiple of the tile height.
+		 * About eight chunks per thread over all the matrices (fewer,
+		 * larger ones when the batch is large and each chunk is a lot
+		 * of work anyway), a multiple of the tile height.  Chunks of
+		 * one size in every matrix keep the threads' runs (regions_init
+		 * splits by count) even.
 		 */
-		p->chunk_rows = m->rows / (nth * (n_tok >= 64 ? 4 : 8));
+		p->chunk_rows = rows / (nth * (n_tok >= 64 ? 4 : 8));
 		mr = m->packed != NULL ? m->kern.pmr : m->kern.mr;
 		p->chunk_rows -= p->chunk_rows % mr;
 		if (p->chunk_rows < mr)
