@@ -430,7 +430,8 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 			    need[i] != 0 ? buf : NULL);
 			(m->packed != NULL ? m->kern.pfill : m->kern.fill)(&acts[i], m->type,
 			    0, n_tok);
-			buf += need[i];
+			if (need[i] != 0)
+				buf += need[i];
 		}
 		p->m = m;
 		p->a = &acts[shared[i]];
