@@ -16,8 +16,9 @@
  * bytes 4k..4k+3 of each row's codes, low nibbles elements 4k.., high
  * nibbles elements 16+4k...  Q4_1's sums stay within 16 bits (8 x 2 x 15
  * x 127).  IQ4_NL's code book values (|v| <= 127) go as |v| with the sign
- * moved onto the activations (vpsignb, as Q8_0), each vector's pairs
- * widened with vpmaddwd.
+ * moved onto the activations (vpsignb, as Q8_0), or for a single token the
+ * activations as |q| with the sign moved onto v (iq4_product), each
+ * vector's pairs widened with vpmaddwd.
  *
  * Q5_0 and Q5_1 store their 5-bit codes c (element e of a row) in five
  * vectors instead of nibbles and separate fifth bits, so that no vector

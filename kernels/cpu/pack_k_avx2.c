@@ -28,8 +28,9 @@
  *	(s) after each super-block.
  *   IQ4_XS: elements 4k..4k+3 (low nibbles, k < 4) and 16 + 4(k - 4)..
  *	(high nibbles); code book values go as |v| with the sign moved onto
- *	the activations, and a pair may reach 2 x 127 x 127: each vector is
- *	widened against the scales at once.
+ *	the activations (a single token: |q| with the sign moved onto v),
+ *	and a pair may reach 2 x 128 x 127: each vector is widened against
+ *	the scales at once.
  *
  * The codes are stored at their own width, so the copies stay within 4%
  * of the file's size, and laid out so that most come out of one vpand or
