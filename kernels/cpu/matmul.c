@@ -395,7 +395,8 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 		return;
 	if (n > QMAT_MUL_MAX)
 		fatalx("%s: %d matrices, at most %d", __func__, n, QMAT_MUL_MAX);
-	for (i = 0; i < n; i++) {
+	for (i = 0, rows = 0; i < n; i++) {
+		rows += ms[i]->rows;
 		if (ms[i]->cols != ms[0]->cols)
 			fatalx("%s: matrices of %lld and %lld columns", __func__,
 			    (long long)ms[0]->cols, (long long)ms[i]->cols);
@@ -416,8 +417,6 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 			buf = owned = xmalloc(total);
 	}
 	nth = threadpool_size(pool);
-	for (i = 0, rows = 0; i < n; i++)
-		rows += ms[i]->rows;
 	memset(&job, 0, sizeof job);
 	job.nparts = n;
 	job.n_tok = n_tok;

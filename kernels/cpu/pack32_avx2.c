@@ -181,19 +181,17 @@ iq4_product(__m256i u, __m256i s, __m256i x)
  * Add the products of a group's code vectors k and 4 + k (lo, hi; for
  * IQ4_NL the signed code book values) and a token's activations (xl, xh)
  * to the block's sums *ia and *ib (see p32_tile).  IQ4_NL comes here for a
- * single token only: |q| then serves both groups where |v| would be one
- * vpabsb a group, and two chains stay in flight (exact integer sums, the
- * same result as one).
+ * single token only, with |xl| and |xh| (al, ah) taken once for both
+ * groups where |v| would be one vpabsb a group; two chains stay in flight
+ * (exact integer sums, the same result as one).
  */
 AI void
 mac_pair(const enum p32 kind, __m256i *ia, __m256i *ib, __m256i lo, __m256i hi,
-    __m256i xl, __m256i xh)
+    __m256i xl, __m256i xh, __m256i al, __m256i ah)
 {
 	if (kind == P_IQ4_NL) {
-		*ia = avx2_chain(_mm256_add_epi32(*ia, iq4_product(_mm256_abs_epi8(xl),
-		    xl, lo)));
-		*ib = avx2_chain(_mm256_add_epi32(*ib, iq4_product(_mm256_abs_epi8(xh),
-		    xh, hi)));
+		*ia = avx2_chain(_mm256_add_epi32(*ia, iq4_product(al, xl, lo)));
+		*ib = avx2_chain(_mm256_add_epi32(*ib, iq4_product(ah, xh, hi)));
 		return;
 	}
 	*ia = avx2_chain(_mm256_add_epi16(*ia, _mm256_maddubs_epi16(lo, xl)));
@@ -289,11 +287,13 @@ p32_tile(const enum p32 kind, const uint8_t *pw, int64_t cols, int64_t r0, const
 			for (j = 0; j < nr; j++) {
 				const __m256i xl = bcast4(xq[j] + 32 * b + 4 * k);
 				const __m256i xh = bcast4(xq[j] + 32 * b + 16 + 4 * k);
+				const __m256i al = kind == P_IQ4_NL ? _mm256_abs_epi8(xl) : xl;
+				const __m256i ah = kind == P_IQ4_NL ? _mm256_abs_epi8(xh) : xh;
 
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++)
 					mac_pair(kind, &ia[g][j], &ib[g][j], lo[g], hi[g],
-					    xl, xh);
+					    xl, xh, al, ah);
 			}
 		}
 #pragma GCC unroll 2

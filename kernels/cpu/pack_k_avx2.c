@@ -409,7 +409,7 @@ kstep(const enum pkind kind, const uint8_t *const *q, const int8_t *const *xq,
 #pragma GCC unroll 4
 	for (t = 0; t < nr; t++) {
 		const __m256i	x = bcast4(xq[t] + e + 4 * k);
-		const __m256i	ax = _mm256_abs_epi8(x);
+		const __m256i	ax = kind == P_IQ4_XS && nr == 1 ? _mm256_abs_epi8(x) : x;
 
 #pragma GCC unroll 2
 		for (g = 0; g < mg; g++) {
