@@ -3,7 +3,10 @@
 #define PHASED_KERNEL_TESTUTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "quant.h"
 #include "tensor_type.h"
@@ -120,5 +123,32 @@ static const uint32_t ktu_types[] = {
 	TT_Q4_1, TT_Q5_0, TT_Q5_1, TT_Q2_K, TT_Q3_K, TT_Q5_K, TT_IQ4_NL, TT_IQ4_XS
 };
 #define KTU_NTYPES	(sizeof ktu_types / sizeof ktu_types[0])
+
+/*
+ * Parse a comma-separated list of type names (any case) into types, at
+ * most max of them; the count, or -1 after naming an unknown type on
+ * stderr.
+ */
+static inline int
+ktu_parse_types(const char *list, uint32_t *types, int max)
+{
+	char	*copy = strdup(list), *str = copy, *tok;
+	int	 n = 0, k;
+
+	while (copy != NULL && (tok = strsep(&str, ",")) != NULL && n < max) {
+		for (k = 0; k < TT_GGUF_MAX; k++)
+			if (tensor_type_get(k) != NULL &&
+			    strcasecmp(tensor_type_name(k), tok) == 0)
+				break;
+		if (k == TT_GGUF_MAX) {
+			fprintf(stderr, "unknown type %s\n", tok);
+			free(copy);
+			return (-1);
+		}
+		types[n++] = k;
+	}
+	free(copy);
+	return (n);
+}
 
 #endif

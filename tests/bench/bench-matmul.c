@@ -118,19 +118,8 @@ main(int argc, char **argv)
 			min_reps = atoi(optarg);
 			break;
 		case 'T':
-			ntypes = 0;
-			str = optarg;
-			while ((tok = strsep(&str, ",")) != NULL && ntypes < 8) {
-				for (k = 0; k < TT_GGUF_MAX; k++)
-					if (tensor_type_get(k) != NULL &&
-					    strcasecmp(tensor_type_name(k), tok) == 0)
-						break;
-				if (k == TT_GGUF_MAX) {
-					fprintf(stderr, "unknown type %s\n", tok);
-					return (1);
-				}
-				types[ntypes++] = k;
-			}
+			if ((ntypes = ktu_parse_types(optarg, types, 8)) < 0)
+				return (1);
 			break;
 		case 's':
 			shape_only = atoi(optarg);
