@@ -27,7 +27,9 @@
 #include "tensor_type.h"
 
 #define FG	16	/* rows per packed group */
-#define XNR	12	/* tokens per tile, exact mode */
+#define XNR	12	/* tokens per one-group tile, exact mode */
+#define XMR	2	/* groups per tile, exact mode */
+#define XNR2	6	/* tokens per two-group tile, exact mode */
 #define BMR	2	/* groups per tile, bf16 mode */
 #define BNR	12	/* tokens per tile, bf16 mode */
 
@@ -175,80 +177,139 @@ f32x_token(const struct qact *a, int t)
 	return (a->xf + (size_t)(t / g) * g * c2 + (t % g) * 2);
 }
 
-/* One exact-mode tile: 16 rows (mr of them kept) by nr tokens. */
+/*
+ * One exact-mode tile: mg groups of 16 rows (mr rows kept) by nr tokens.
+ * Two groups share each broadcast activation, so a prompt's tile loads
+ * one broadcast per two multiply-adds instead of one per multiply-add.
+ */
 AI void
-exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0, int mr,
-    const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
+exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0,
+    const int mg, int mr, const struct qact *a, int t0, const int nr, float *y,
+    int64_t ldy)
 {
 	const size_t	 gb = group_bytes(cols);
 	const uint8_t	*gp = pw + (size_t)(r0 / FG) * gb;
 	const int64_t	 np = cols / 2;
-	const __mmask16	 m = mr >= FG ? 0xffff : (__mmask16)((1U << mr) - 1);
 	const int64_t	 xs = 2 * f32x_group(a);	/* floats per column pair */
-	__m512		 acc0[XNR], acc1[XNR], we, wo;
+	__m512		 acc0[XMR][XNR], acc1[XMR][XNR], we[XMR], wo[XMR];
 	const float	*x[XNR];
 	int64_t		 p;
-	int		 j;
+	int		 i, j;
 
 #pragma GCC unroll 12
 	for (j = 0; j < nr; j++) {
 		x[j] = f32x_token(a, t0 + j);
-		acc0[j] = _mm512_setzero_ps();
-		acc1[j] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+		for (i = 0; i < mg; i++) {
+			acc0[i][j] = _mm512_setzero_ps();
+			acc1[i][j] = _mm512_setzero_ps();
+		}
 	}
 	for (p = 0; p < np; p++) {
 		/*
-		 * The weights come from L2 a few lines ahead; the next group's
+		 * The weights come from L2 a few lines ahead; the next groups'
 		 * are fetched into L2 meanwhile, so the first tile of a group
 		 * does not wait on memory (the later ones find them there).
 		 */
-		_mm_prefetch((const char *)gp + 64 * p + (nr > 1 ? 1024 : XPF1),
-		    _MM_HINT_T0);
-		_mm_prefetch((const char *)gp + gb + 64 * p, _MM_HINT_T1);
+#pragma GCC unroll 2
+		for (i = 0; i < mg; i++) {
+			_mm_prefetch((const char *)gp + i * gb + 64 * p +
+			    (nr > 1 ? 1024 : XPF1), _MM_HINT_T0);
+			_mm_prefetch((const char *)gp + (i + mg) * gb + 64 * p,
+			    _MM_HINT_T1);
+			load_pair(type, gp + i * gb, p, &we[i], &wo[i]);
+		}
 		_mm_prefetch((const char *)(x[0] + xs * p) + XPF, _MM_HINT_T0);
 		_mm_prefetch((const char *)(x[nr - 1] + xs * p) + XPF, _MM_HINT_T0);
-		load_pair(type, gp, p, &we, &wo);
 #pragma GCC unroll 12
 		for (j = 0; j < nr; j++) {
-			acc0[j] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[j][xs * p]),
-			    acc0[j]);
-			acc1[j] = _mm512_fmadd_ps(wo, _mm512_set1_ps(x[j][xs * p + 1]),
-			    acc1[j]);
+			const __m512	xe = _mm512_set1_ps(x[j][xs * p]);
+			const __m512	xo = _mm512_set1_ps(x[j][xs * p + 1]);
+
+#pragma GCC unroll 2
+			for (i = 0; i < mg; i++) {
+				acc0[i][j] = _mm512_fmadd_ps(we[i], xe, acc0[i][j]);
+				acc1[i][j] = _mm512_fmadd_ps(wo[i], xo, acc1[i][j]);
+			}
 		}
 	}
 	if (cols & 1) {
-		load_pair(type, gp, np, &we, &wo);
+#pragma GCC unroll 2
+		for (i = 0; i < mg; i++) {
+			load_pair(type, gp + i * gb, np, &we[i], &wo[i]);
+#pragma GCC unroll 12
+			for (j = 0; j < nr; j++)
+				acc0[i][j] = _mm512_fmadd_ps(we[i],
+				    _mm512_set1_ps(x[j][xs * np]), acc0[i][j]);
+		}
+	}
+#pragma GCC unroll 2
+	for (i = 0; i < mg; i++) {
+		const int	 left = mr - i * FG;
+		const __mmask16	 m = left >= FG ? 0xffff :
+				    (__mmask16)((1U << left) - 1);
+
 #pragma GCC unroll 12
 		for (j = 0; j < nr; j++)
-			acc0[j] = _mm512_fmadd_ps(we, _mm512_set1_ps(x[j][xs * np]),
-			    acc0[j]);
+			_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0 + i * FG,
+			    m, _mm512_add_ps(acc0[i][j], acc1[i][j]));
 	}
-#pragma GCC unroll 12
-	for (j = 0; j < nr; j++)
-		_mm512_mask_storeu_ps(y + (size_t)(t0 + j) * ldy + r0, m,
-		    _mm512_add_ps(acc0[j], acc1[j]));
 }
 
-/* Instantiate exact_tile for every token count up to XNR. */
+/* exact_tile of one group for every token count up to XNR. */
+#define XTILES1(type)							\
+	switch (nr) {							\
+	case 1: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 1, y, ldy); return; \
+	case 2: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return; \
+	case 3: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return; \
+	case 4: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return; \
+	case 5: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 5, y, ldy); return; \
+	case 6: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 6, y, ldy); return; \
+	case 7: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 7, y, ldy); return; \
+	case 8: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 8, y, ldy); return; \
+	case 9: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 9, y, ldy); return; \
+	case 10: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 10, y, ldy); return; \
+	case 11: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 11, y, ldy); return; \
+	default: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 12, y, ldy); return; \
+	}
+
+/* exact_tile of two groups for up to XNR2 tokens. */
+#define XTILES2(type, n)						\
+	switch (n) {							\
+	case 1: exact_tile(type, pw, cols, r0, 2, mr, a, t, 1, y, ldy); break; \
+	case 2: exact_tile(type, pw, cols, r0, 2, mr, a, t, 2, y, ldy); break; \
+	case 3: exact_tile(type, pw, cols, r0, 2, mr, a, t, 3, y, ldy); break; \
+	case 4: exact_tile(type, pw, cols, r0, 2, mr, a, t, 4, y, ldy); break; \
+	case 5: exact_tile(type, pw, cols, r0, 2, mr, a, t, 5, y, ldy); break; \
+	default: exact_tile(type, pw, cols, r0, 2, mr, a, t, 6, y, ldy); break; \
+	}
+
+/*
+ * The exact product of up to 32 rows: two groups together when a prompt's
+ * tokens can share the broadcasts (XNR2 at a time), else group by group,
+ * whose one-group tiles hold more tokens.
+ */
 #define XDISPATCH(fn, type)						\
 static void								\
 fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
 {									\
-	switch (nr) {							\
-	case 1: exact_tile(type, pw, cols, r0, mr, a, t0, 1, y, ldy); return; \
-	case 2: exact_tile(type, pw, cols, r0, mr, a, t0, 2, y, ldy); return; \
-	case 3: exact_tile(type, pw, cols, r0, mr, a, t0, 3, y, ldy); return; \
-	case 4: exact_tile(type, pw, cols, r0, mr, a, t0, 4, y, ldy); return; \
-	case 5: exact_tile(type, pw, cols, r0, mr, a, t0, 5, y, ldy); return; \
-	case 6: exact_tile(type, pw, cols, r0, mr, a, t0, 6, y, ldy); return; \
-	case 7: exact_tile(type, pw, cols, r0, mr, a, t0, 7, y, ldy); return; \
-	case 8: exact_tile(type, pw, cols, r0, mr, a, t0, 8, y, ldy); return; \
-	case 9: exact_tile(type, pw, cols, r0, mr, a, t0, 9, y, ldy); return; \
-	case 10: exact_tile(type, pw, cols, r0, mr, a, t0, 10, y, ldy); return; \
-	case 11: exact_tile(type, pw, cols, r0, mr, a, t0, 11, y, ldy); return; \
-	default: exact_tile(type, pw, cols, r0, mr, a, t0, 12, y, ldy); return; \
+	int	t;							\
+									\
+	if (mr > FG && nr >= XNR2) {					\
+		for (t = t0; t < t0 + nr; t += XNR2) {			\
+			const int n = t0 + nr - t;			\
+									\
+			XTILES2(type, n)				\
+		}							\
+		return;							\
 	}								\
+	if (mr > FG) {							\
+		fn(pw, cols, r0, FG, a, t0, nr, y, ldy);		\
+		fn(pw, cols, r0 + FG, mr - FG, a, t0, nr, y, ldy);	\
+		return;							\
+	}								\
+	XTILES1(type)							\
 }
 
 XDISPATCH(f16_packed, TT_F16)
@@ -450,7 +511,7 @@ float_avx512_packed(struct quant_kernel *k, uint32_t type, int bf16)
 	}
 	k->pack = type == TT_F16 ? f16_pack : bf16_pack;
 	k->pfn = type == TT_F16 ? f16_packed : bf16_packed;
-	k->pmr = FG;
+	k->pmr = XMR * FG;
 	k->pnr = XNR;
 	k->playout = ACT_F32X;
 	k->pfill = act_fill_f32x;

@@ -402,8 +402,8 @@ main(void)
 		quant_allow_pack(1);
 		/*
 		 * F16 and BF16 are repacked in groups of 16 rows by an even
-		 * number of columns; odd widths and partial groups reach the
-		 * tail of the kernels.
+		 * number of columns, and a prompt's tiles take two groups;
+		 * odd widths and partial groups reach the tails of the kernels.
 		 */
 		fw = calloc(17 * 75, 2);
 		m = qmat_create(TT_F16, 17, 75, fw, &cause);
@@ -415,6 +415,8 @@ main(void)
 			uint32_t ft = i == 0 ? TT_F16 : TT_BF16;
 
 			test_shape(pool, QUANT_ISA_AVX512, ft, 33, 75);
+			/* A two-group tile whose second group is partial. */
+			test_shape(pool, QUANT_ISA_AVX512, ft, 20, 75);
 			test_shape(pool, QUANT_ISA_AVX512, ft, 16, 1);
 			test_shape(pool, QUANT_ISA_AVX512, ft, 40, 2050);
 		}
