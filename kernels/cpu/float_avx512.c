@@ -25,11 +25,12 @@
 
 #include "quant.h"
 #include "tensor_type.h"
+#include "tile_dispatch.h"
 
 #define FG	16	/* rows per packed group */
 #define XNR	12	/* tokens per one-group tile, exact mode */
 #define XMR	2	/* groups per tile, exact mode */
-#define XNR2	6	/* tokens per two-group tile, exact mode */
+#define XNR2	6	/* tokens per two-group tile (TILE_DISPATCH_NR's most) */
 #define BMR	2	/* groups per tile, bf16 mode */
 #define BNR	12	/* tokens per tile, bf16 mode */
 
@@ -273,17 +274,6 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0,
 	default: exact_tile(type, pw, cols, r0, 1, mr, a, t0, 12, y, ldy); return; \
 	}
 
-/* exact_tile of two groups for up to XNR2 tokens. */
-#define XTILES2(type, n)						\
-	switch (n) {							\
-	case 1: exact_tile(type, pw, cols, r0, 2, mr, a, t, 1, y, ldy); break; \
-	case 2: exact_tile(type, pw, cols, r0, 2, mr, a, t, 2, y, ldy); break; \
-	case 3: exact_tile(type, pw, cols, r0, 2, mr, a, t, 3, y, ldy); break; \
-	case 4: exact_tile(type, pw, cols, r0, 2, mr, a, t, 4, y, ldy); break; \
-	case 5: exact_tile(type, pw, cols, r0, 2, mr, a, t, 5, y, ldy); break; \
-	default: exact_tile(type, pw, cols, r0, 2, mr, a, t, 6, y, ldy); break; \
-	}
-
 /*
  * The exact product of up to 32 rows: two groups together when a prompt's
  * tokens can share the broadcasts (XNR2 at a time), else group by group,
@@ -300,7 +290,8 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
 		for (t = t0; t < t0 + nr; t += XNR2) {			\
 			const int n = t0 + nr - t;			\
 									\
-			XTILES2(type, n)				\
+			TILE_DISPATCH_NR(exact_tile, type, 2, pw, cols,	\
+			    r0, mr, a, t, n, y, ldy)			\
 		}							\
 		return;							\
 	}								\
