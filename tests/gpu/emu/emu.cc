@@ -4,7 +4,7 @@
  * and so to test their logic on machines without a GPU.
  *
  * A launch runs its blocks one after the other; the threads of a block are
- * coroutines (ucontext stacks, switched with _setjmp/_longjmp) scheduled
+ * coroutines (stacks of their own, switched by emu_switch) scheduled
  * round robin.  A thread runs until it reaches __syncthreads() or a warp
  * shuffle and waits there until every live thread of its block (or warp)
  * has arrived, as on the hardware.  What is checked beyond the results:
@@ -18,7 +18,6 @@
  */
 #include <malloc.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <ucontext.h>
@@ -31,6 +30,17 @@
 #include "cuda_runtime.h"
 #include "cublas_v2.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 #define EMU_STACK	(256 * 1024)
 #define EMU_MAX_THREADS	1024
 
@@ -38,9 +48,81 @@ emu_uint3	 threadIdx, blockIdx;
 dim3		 blockDim, gridDim;
 void		*emu_dyn_smem;
 
-struct emu_thread {
+/*
+ * A coroutine's saved context.  On x86-64 a switch saves the callee-saved
+ * registers on the stack it leaves and its stack pointer in sp: a plain
+ * call, which the address sanitizer leaves alone (it makes a system call
+ * at every longjmp or swapcontext, which made a sanitized run of the
+ * engine take hours).  Elsewhere swapcontext does it.
+ */
+struct emu_ctx {
+#if defined(__x86_64__)
+	void		*sp;
+#else
 	ucontext_t	 uc;
-	jmp_buf		 jb;
+#endif
+};
+
+#if defined(__x86_64__)
+extern "C" void	emu_swap(void **save_sp, void *load_sp);
+/* emu_swap: push rbp, rbx, r12-r15, store rsp in *save_sp, switch to
+ * load_sp, pop what was pushed there and return on that stack. */
+asm(".text\n"
+    ".globl emu_swap\n"
+    ".type emu_swap, @function\n"
+    "emu_swap:\n"
+    "	pushq %rbp\n	pushq %rbx\n	pushq %r12\n"
+    "	pushq %r13\n	pushq %r14\n	pushq %r15\n"
+    "	movq %rsp, (%rdi)\n"
+    "	movq %rsi, %rsp\n"
+    "	popq %r15\n	popq %r14\n	popq %r13\n"
+    "	popq %r12\n	popq %rbx\n	popq %rbp\n"
+    "	ret\n"
+    ".size emu_swap, .-emu_swap\n");
+#endif
+
+/* Save the running context in from and resume to. */
+static void
+emu_switch(emu_ctx *from, emu_ctx *to)
+{
+#if defined(__x86_64__)
+	emu_swap(&from->sp, to->sp);
+#else
+	if (swapcontext(&from->uc, &to->uc) != 0)
+		abort();
+#endif
+}
+
+/* Make c start fn, which must never return, on the given stack. */
+static void
+emu_ctx_init(emu_ctx *c, char *stack, size_t size, void (*fn)(void))
+{
+#ifdef EMU_ASAN
+	/* What a thread that ended there left poisoned. */
+	ASAN_UNPOISON_MEMORY_REGION(stack, size);
+#endif
+#if defined(__x86_64__)
+	uintptr_t	 top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
+	void		**sp = (void **)top;
+
+	/* fn is entered as if called: rsp + 8 aligned to 16. */
+	*--sp = NULL;
+	*--sp = (void *)fn;
+	for (int r = 0; r < 6; r++)
+		*--sp = NULL;
+	c->sp = sp;
+#else
+	if (getcontext(&c->uc) != 0)
+		abort();
+	c->uc.uc_stack.ss_sp = stack;
+	c->uc.uc_stack.ss_size = size;
+	c->uc.uc_link = NULL;
+	makecontext(&c->uc, fn, 0);
+#endif
+}
+
+struct emu_thread {
+	emu_ctx		 ctx;
 	char		*stack;
 	bool		 started;
 	bool		 done;
@@ -57,7 +139,7 @@ struct emu_warp {
 
 static std::vector<emu_thread>	 threads(EMU_MAX_THREADS);
 static emu_warp			 warps[EMU_MAX_THREADS / 32];
-static jmp_buf			 sched_jb;
+static emu_ctx			 sched_ctx;
 static std::function<void()>	*kernel;
 static std::vector<char>	 smem;
 static int			 cur, n_threads, live, bar_arrived;
@@ -85,8 +167,7 @@ emu_fatal(const char *what)
 static void
 emu_yield(void)
 {
-	if (_setjmp(threads[cur].jb) == 0)
-		_longjmp(sched_jb, 1);
+	emu_switch(&threads[cur].ctx, &sched_ctx);
 }
 
 /* The body of every emulated thread. */
@@ -105,7 +186,8 @@ emu_thread_main(void)
 		emu_fatal("lane exited while its warp was in a shuffle");
 	if (bar_arrived > 0)
 		emu_fatal("thread exited while its block waited at a barrier");
-	_longjmp(sched_jb, 1);
+	emu_switch(&threads[cur].ctx, &sched_ctx);
+	abort();	/* a thread that is done is never resumed */
 }
 
 /* Wait until every live thread of the block arrives. */
@@ -195,17 +277,12 @@ emu_run_block(void)
 			if (threads[i].done)
 				continue;
 			emu_set_thread(i);
-			if (_setjmp(sched_jb) != 0)
-				continue;
-			if (threads[i].started)
-				_longjmp(threads[i].jb, 1);
-			threads[i].started = true;
-			getcontext(&threads[i].uc);
-			threads[i].uc.uc_stack.ss_sp = threads[i].stack;
-			threads[i].uc.uc_stack.ss_size = EMU_STACK;
-			threads[i].uc.uc_link = NULL;
-			makecontext(&threads[i].uc, emu_thread_main, 0);
-			setcontext(&threads[i].uc);
+			if (!threads[i].started) {
+				threads[i].started = true;
+				emu_ctx_init(&threads[i].ctx, threads[i].stack,
+				    EMU_STACK, emu_thread_main);
+			}
+			emu_switch(&sched_ctx, &threads[i].ctx);
 		}
 		if (!progress && ++stalls > 2)
 			emu_fatal("deadlock: no thread can proceed");
