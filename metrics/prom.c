@@ -210,6 +210,21 @@ prom_field(struct strbuf *sb, const char *name, const char *type,
 	}
 }
 
+/* Write one counter family of a nanosecond field (at `off'), in seconds. */
+static void
+prom_seconds(struct strbuf *sb, const char *name, const char *help,
+    const struct inst_snapshot *const *snaps, size_t n, size_t off)
+{
+	uint64_t	v;
+	size_t		i;
+
+	prom_family(sb, name, "counter", help);
+	for (i = 0; i < n; i++) {
+		memcpy(&v, (const char *)snaps[i] + off, sizeof v);
+		prom_sample(sb, name, "", snaps[i]->name, NULL, v / 1e9);
+	}
+}
+
 /* Write one gauge family computed by `get'. */
 static void
 prom_computed(struct strbuf *sb, const char *name, const char *help,
@@ -387,15 +402,15 @@ prom_write(struct strbuf *sb, const struct inst_snapshot *const *snaps,
 	prom_field(sb, "phased_kv_transfer_bytes_total", "counter",
 	    "Bytes of KV blocks moved between device groups.", snaps, n,
 	    S(counters[CNT_KV_TRANSFER_BYTES]));
-	prom_field(sb, "phased_kv_transfer_seconds_total", "counter",
+	prom_seconds(sb, "phased_kv_transfer_seconds_total",
 	    "Time KV moves between device groups took, queued to done.", snaps,
-	    n, S(counters[CNT_KV_TRANSFER_NS]) / 1e9);
+	    n, S(counters[CNT_KV_TRANSFER_NS]));
 	prom_field(sb, "phased_kv_transfers_async_total", "counter",
 	    "KV moves that ran beside compute, their source blocks held until "
 	    "done.", snaps, n, S(counters[CNT_KV_TRANSFERS_ASYNC]));
-	prom_field(sb, "phased_kv_transfer_queue_seconds_total", "counter",
+	prom_seconds(sb, "phased_kv_transfer_queue_seconds_total",
 	    "Host time the engine spent starting KV moves.", snaps, n,
-	    S(counters[CNT_KV_TRANSFER_QUEUE_NS]) / 1e9);
+	    S(counters[CNT_KV_TRANSFER_QUEUE_NS]));
 	prom_field(sb, "phased_lend_iterations_total", "counter",
 	    "Iterations a device group ran with the cores of idle groups.",
 	    snaps, n, S(counters[CNT_LEND_ITERATIONS]));

@@ -311,14 +311,34 @@ st = json.loads(d.ctl("--json", "stats", "dis")[1])["models"][0]
 kvb = st["counters"].get("kv_transfer_bytes", 0)
 ok(kvb > 0 and st["counters"].get("kv_transfer_ms", -1) >= 0,
    "stats count the KV bytes moved from prefill to decode (%s)" % kvb, st["counters"])
+# A policy host late under load is ejected and fcfs, which never migrates,
+# serves the rest where they were prefilled: then fewer requests move.
+pol = json.loads(d.ctl("--json", "policy", "show", "dis")[1])
+intact = not pol["ejected"] and pol["plan_errors"] == 0
+if not intact:
+    diag("the disaggregated policy did not plan every iteration: %s" % pol)
 rc, out, err = d.ctl("metrics")
+moves = [int(x.split()[-1]) for x in out.splitlines()
+         if x.startswith('phased_kv_transfers_total{model="dis"} ')]
 ok(rc == 0 and 'phased_kv_transfer_bytes_total{model="dis"} %d' % kvb in out
-   and 'phased_kv_transfers_total{model="dis"} %d' % len(PROMPTS) in out,
-   "metrics count the KV moves and their bytes", [x for x in out.splitlines() if "kv_transfer" in x])
+   and len(moves) == 1 and (moves[0] == len(PROMPTS) if intact else 0 < moves[0] <= len(PROMPTS)),
+   "metrics count the KV moves (one a request) and their bytes",
+   [x for x in out.splitlines() if "kv_transfer" in x])
 ok('phased_kv_transfers_async_total{model="dis"} 0' in out
    and 'phased_kv_transfer_queue_seconds_total{model="dis"} ' in out,
    "cpu groups move KV synchronously: no async moves, the queue time counted",
    [x for x in out.splitlines() if "kv_transfer" in x])
+secs = {}
+for x in out.splitlines():
+    for fam in ("phased_kv_transfer_seconds_total", "phased_kv_transfer_queue_seconds_total"):
+        for mod in ("stories", "dis"):
+            if x.startswith('%s{model="%s"} ' % (fam, mod)):
+                secs[fam, mod] = float(x.split()[-1])
+ok(len(secs) == 4 and secs["phased_kv_transfer_seconds_total", "stories"] == 0
+   and secs["phased_kv_transfer_queue_seconds_total", "stories"] == 0
+   and all(0 < secs[f, "dis"] < 60 for f in ("phased_kv_transfer_seconds_total",
+                                             "phased_kv_transfer_queue_seconds_total")),
+   "the KV move times are seconds: 0 without moves, under a minute for these", secs)
 ok(wait_idle(d, "dis")["kv_blocks_used"] == 0, "no KV left in use on either group")
 d.ctl("unload", "dis")
 
