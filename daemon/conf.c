@@ -51,6 +51,7 @@ config_defaults(struct phased_config *c)
 	c->http_max_body = 8U << 20;
 	c->http_timeout = 30;
 	c->policy_isolation = 1;
+	c->bf16_dot = BF16_DOT_AUTO;
 }
 
 /* Free everything a configuration holds. */
@@ -302,6 +303,26 @@ conf_yesno(const struct conf_key *k, const char *v, struct phased_config *c,
 	return (0);
 }
 
+/* bf16-dot: yes, no or auto. */
+static int
+conf_bf16_dot(const struct conf_key *k, const char *v, struct phased_config *c,
+    char **why)
+{
+	int	*f = CONF_FIELD(c, k->off);
+
+	if (strcmp(v, "yes") == 0)
+		*f = BF16_DOT_YES;
+	else if (strcmp(v, "no") == 0)
+		*f = BF16_DOT_NO;
+	else if (strcmp(v, "auto") == 0)
+		*f = BF16_DOT_AUTO;
+	else {
+		set_cause(why, "%s '%s' is not yes, no or auto", k->name, v);
+		return (-1);
+	}
+	return (0);
+}
+
 /* The HTTP socket: "none" turns it off, else an absolute path. */
 static int
 conf_http_socket(const struct conf_key *k, const char *v,
@@ -364,7 +385,7 @@ static const struct conf_key conf_keys[] = {
 	CK_NUM("max-requests", max_requests, 1, 65536, 0),
 	CK_NUM("max-waiting", max_waiting, 1, 1 << 20, 0),
 	CK_NUM("threads", threads, 0, 1024, 0),
-	{ "bf16-dot", conf_yesno, offsetof(struct phased_config, bf16_dot),
+	{ "bf16-dot", conf_bf16_dot, offsetof(struct phased_config, bf16_dot),
 	    0, 0, 0, 0, 0, 0 },
 	CK_NUM("max-output-buffer", max_output, 65536, 1ULL << 32, 1),
 	{ "http-socket", conf_http_socket,

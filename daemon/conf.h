@@ -20,6 +20,11 @@ struct config_weight {
 	uint32_t weight;	/* 1..1000 */
 };
 
+/* bf16-dot: which weights may take bf16 dot products. */
+#define BF16_DOT_NO	0	/* none: exact */
+#define BF16_DOT_YES	1	/* F16 and BF16 */
+#define BF16_DOT_AUTO	2	/* BF16 where the CPU makes it pay */
+
 struct phased_config {
 	char		*path;		/* the file it came from, or NULL */
 	char		*socket;
@@ -37,7 +42,7 @@ struct phased_config {
 	uint64_t	 max_output;	/* queued reply bytes per connection */
 	uint32_t	 max_waiting;	/* waiting queue per model */
 	int		 threads;	/* default threads per model, 0 = cores */
-	int		 bf16_dot;	/* F16/BF16 weights may use bf16 dot products */
+	int		 bf16_dot;	/* BF16_DOT_*: bf16 dot products allowed */
 	char		*default_policy;
 	char		*http_socket;	/* NULL: beside socket; "none": off */
 	char		*http_listen;	/* HOST:PORT, NULL: no TCP */

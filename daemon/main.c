@@ -59,13 +59,34 @@ load_config(struct daemon *d, struct phased_config *conf, char **cause)
 static void
 apply_math(const struct phased_config *conf)
 {
-	if (conf->bf16_dot && !quant_bf16_dot_supported()) {
-		log_warnx("bf16-dot: this CPU has no bf16 dot products; "
-		    "computing exactly");
-		quant_allow_bf16_dot(0);
+	static int	auto_which = -1;
+	double		rate;
+
+	switch (conf->bf16_dot) {
+	case BF16_DOT_YES:
+		if (!quant_bf16_dot_supported()) {
+			log_warnx("bf16-dot: this CPU has no bf16 dot products; "
+			    "computing exactly");
+			quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+			return;
+		}
+		quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
 		return;
+	case BF16_DOT_AUTO:
+		/* Measured once: a reload keeps the first answer. */
+		if (auto_which == -1) {
+			auto_which = quant_bf16_dot_auto(&rate);
+			if (quant_bf16_dot_supported())
+				log_info("bf16-dot auto: vdpbf16ps at %.2f of the "
+				    "multiply-add rate; BF16 weights %s", rate,
+				    auto_which == QUANT_BF16_DOT_NONE ?
+				    "exact" : "take bf16 dot products");
+		}
+		quant_allow_bf16_dot(auto_which);
+		return;
+	default:
+		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
 	}
-	quant_allow_bf16_dot(conf->bf16_dot);
 }
 
 /* Check the options of every model line, as -n promises. */

@@ -32,8 +32,16 @@
 
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-r REPS] [-t THREADS]\n"
-    "\t[--bw GBPS] [--bf16] [--no-repack] [--no-amx] [--json] [--backend NAME]\n"
+    "\t[--bw GBPS] [--bf16 | --exact] [--no-repack] [--no-amx] [--json] [--backend NAME]\n"
     "\t[--devices N[,N...]] [--collectives] [--graphs | --no-graphs]";
+
+/* How F16/BF16 weights are computed, by QUANT_BF16_DOT_* value. */
+static const char *const pb_math[] = {
+	"exact (f32 activations)",
+	"F16 and BF16 through bf16 dot products (activations rounded to bf16)",
+	"BF16 through bf16 dot products (activations rounded to bf16), F16 exact",
+};
+static const char *const pb_dot_name[] = { "none", "all", "bf16" };
 
 struct pb_opts {
 	const char	*model;
@@ -46,7 +54,7 @@ struct pb_opts {
 	int		 threads;
 	double		 bw_gbps;
 	int		 json;
-	int		 bf16;		/* bf16 dot products for F16/BF16 weights */
+	int		 bf16;		/* QUANT_BF16_DOT_*, -1: as the daemon */
 	const char	*backend;	/* "cpu" (default) or "cuda" */
 	int		 devices[PB_MAX_LIST];	/* gpu ids of the group */
 	int		 n_devices;
@@ -134,6 +142,7 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 	o->reps = 5;
 	o->bw_gbps = 31;
 	o->graphs = BACKEND_GRAPHS_AUTO;	/* the daemon's default */
+	o->bf16 = -1;				/* and bf16-dot auto */
 	for (i = 1; i < argc; i++) {
 		a = argv[i];
 		if (strcmp(a, "--json") == 0) {
@@ -141,7 +150,11 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 			continue;
 		}
 		if (strcmp(a, "--bf16") == 0) {
-			o->bf16 = 1;
+			o->bf16 = QUANT_BF16_DOT_ALL;
+			continue;
+		}
+		if (strcmp(a, "--exact") == 0) {
+			o->bf16 = QUANT_BF16_DOT_NONE;
 			continue;
 		}
 		if (strcmp(a, "--collectives") == 0) {
@@ -426,11 +439,11 @@ main(int argc, char **argv)
 	    NULL)
 		pb_die("backend %s is not built", o.backend != NULL ?
 		    o.backend : "cpu");
-	if (o.bf16) {
-		if (!quant_bf16_dot_supported())
-			pb_die("--bf16: this CPU has no bf16 dot products");
-		quant_allow_bf16_dot(1);
-	}
+	if (o.bf16 == QUANT_BF16_DOT_ALL && !quant_bf16_dot_supported())
+		pb_die("--bf16: this CPU has no bf16 dot products");
+	if (o.bf16 == -1)
+		o.bf16 = quant_bf16_dot_auto(NULL);
+	quant_allow_bf16_dot(o.bf16);
 	if (o.no_repack)
 		quant_allow_pack(0);
 	if (o.no_amx)
@@ -479,14 +492,16 @@ main(int argc, char **argv)
 			printf(o.model[i] == '"' || o.model[i] == '\\' ?
 			    "\\%c" : "%c", o.model[i]);
 		printf("\",\"type\":\"%s\",\"n_params\":%" PRIu64 ","
-		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"results\":[",
-		    mi->type_name, mi->n_params, o.threads, ctx, t_load / 1e9);
+		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"bf16_dot\":\"%s\","
+		    "\"results\":[", mi->type_name, mi->n_params, o.threads, ctx,
+		    t_load / 1e9, pb_dot_name[o.bf16]);
 	} else {
 		printf("model %s: %s, %.3f M parameters, file %.1f MiB, "
 		    "loaded in %.2f s\n", o.model, mi->type_name, mi->n_params / 1e6,
 		    map_bytes / 1048576.0, t_load / 1e9);
 		printf("threads %d (0 = all CPUs), ctx %d, %d repetitions\n",
 		    o.threads, ctx, o.reps);
+		printf("float weights: %s\n", pb_math[o.bf16]);
 		printf("decode roofline: %.1f MiB of weights read per step / "
 		    "%.1f GB/s = %.1f steps/s (tokens/s at batch 1)\n",
 		    wbytes / 1048576.0, o.bw_gbps, roof);

@@ -1083,11 +1083,13 @@ quant_pack_allowed(void)
 	return (!__atomic_load_n(&no_pack, __ATOMIC_RELAXED));
 }
 
-/* Allow bf16 dot products for F16/BF16 weights; returns the old setting. */
+/* Set which weights may take bf16 dot products; returns the old setting. */
 int
-quant_allow_bf16_dot(int allow)
+quant_allow_bf16_dot(int which)
 {
-	return (__atomic_exchange_n(&bf16_dot, allow != 0, __ATOMIC_RELAXED));
+	if (which != QUANT_BF16_DOT_ALL && which != QUANT_BF16_DOT_BF16)
+		which = QUANT_BF16_DOT_NONE;
+	return (__atomic_exchange_n(&bf16_dot, which, __ATOMIC_RELAXED));
 }
 
 /* Whether bf16 dot products are allowed. */
@@ -1107,6 +1109,19 @@ quant_bf16_dot_supported(void)
 #else
 	return (0);
 #endif
+}
+
+/* The bf16 dot setting this CPU is worth by default (see quant.h). */
+int
+quant_bf16_dot_auto(double *rate)
+{
+	double	r = 0;
+
+	if (quant_bf16_dot_supported())
+		r = float_avx512_bf16_rate();
+	if (rate != NULL)
+		*rate = r;
+	return (r >= 0.75 ? QUANT_BF16_DOT_BF16 : QUANT_BF16_DOT_NONE);
 }
 
 #if defined(__x86_64__) || defined(__i386__)

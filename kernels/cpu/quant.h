@@ -176,15 +176,28 @@ int	quant_allow_pack(int allow);
 int	quant_pack_allowed(void);
 
 /*
- * Allow F16 and BF16 weights to use bf16 dot products (vdpbf16ps) where the
- * CPU has them: about twice the arithmetic rate, at the price of rounding
- * the activations, and F16 weights, to bf16 (8-bit significand).  Off by
- * default; read by qmat_create().  Returns the previous setting.
+ * Let weights use bf16 dot products (vdpbf16ps) where the CPU has them:
+ * about twice the arithmetic rate, at the price of rounding the
+ * activations, and F16 weights, to bf16 (8-bit significand).  which is
+ * one of QUANT_BF16_DOT_*; NONE (exact) by default; read by qmat_create().
+ * Returns the previous setting.
  */
-int	quant_allow_bf16_dot(int allow);
+#define QUANT_BF16_DOT_NONE	0
+#define QUANT_BF16_DOT_ALL	1	/* F16 and BF16 weights */
+#define QUANT_BF16_DOT_BF16	2	/* BF16 weights only */
+int	quant_allow_bf16_dot(int which);
 int	quant_bf16_dot_allowed(void);
 /* Whether the CPU has the bf16 dot-product instructions. */
 int	quant_bf16_dot_supported(void);
+/*
+ * The setting worth taking by default: BF16 weights (which lose nothing
+ * more than their activations' rounding) where the CPU issues vdpbf16ps at
+ * 3/4 or more of its f32 multiply-add rate, else none.  *rate (may be
+ * NULL) gets that measured ratio, 0 without the instructions.
+ */
+int	quant_bf16_dot_auto(double *rate);
+/* vdpbf16ps's issue rate over vfmadd231ps's (float_avx512.c). */
+double	float_avx512_bf16_rate(void);
 
 /* The kernel of a variant for a type; fn is NULL when it has none. */
 struct quant_kernel	quant_kernel_get(int isa, uint32_t type);

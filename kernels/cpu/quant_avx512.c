@@ -1768,7 +1768,10 @@ quant_kernel_avx512(uint32_t type)
 	struct quant_kernel	k = { .mr = MR, .nr = NR, .layout = ACT_NATURAL,
 	    .fill = quant_act_fill };
 
-	if ((type == TT_F16 || type == TT_BF16) && quant_bf16_dot_allowed() &&
+	int			dot = quant_bf16_dot_allowed();
+
+	if (((type == TT_F16 && dot == QUANT_BF16_DOT_ALL) ||
+	    (type == TT_BF16 && dot != QUANT_BF16_DOT_NONE)) &&
 	    quant_bf16_dot_supported()) {
 		k.fn = type == TT_F16 ? avx512_f16_bf16dot : avx512_bf16_bf16dot;
 		k.nr = FNR;

@@ -128,7 +128,7 @@ main(int argc, char **argv)
 			copies_opt = atoi(optarg);
 			break;
 		case 'B':
-			quant_allow_bf16_dot(1);
+			quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
 			break;
 		case 'C':
 			use_cpu_time = 1;

@@ -217,7 +217,7 @@ def check(text):
     p = subprocess.run([PHASED, "-n", "-f", path], capture_output=True, timeout=10)
     return p.returncode, p.stderr.decode()
 
-rc, err = check("# comment\nsocket /tmp/x.sock\nmax-requests 8\nmax-output-buffer 16M\nbf16-dot no\n"
+rc, err = check("# comment\nsocket /tmp/x.sock\nmax-requests 8\nmax-output-buffer 16M\nbf16-dot auto\n"
                 "model stories \"/m/stories 260K.gguf\" ctx=512 policy=fcfs\n")
 ok(rc == 0 and "configuration OK" in err, "phased -n accepts a good file", err)
 for text, want in [
@@ -231,7 +231,7 @@ for text, want in [
     ("socket \"/tmp/x\n", "unterminated quoted string"),
     ("default-policy ../evil\n", "default-policy: policy name '../evil' contains '/'"),
     ("model m /x ctx=5\n", "check.conf:1: model m: ctx 5 is out of range 16..16777216"),
-    ("bf16-dot maybe\n", "check.conf:1: bf16-dot 'maybe' is not yes or no"),
+    ("bf16-dot maybe\n", "check.conf:1: bf16-dot 'maybe' is not yes, no or auto"),
     ("max-output-buffer 1K\n", "check.conf:1: max-output-buffer 1K is out of range 64K..4G"),
     ("max-frame-size 512\n", "check.conf:1: max-frame-size 512 is out of range 1K..256M"),
     ("threads 2000\n", "check.conf:1: threads 2000 is out of range 0..1024"),

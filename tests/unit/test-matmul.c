@@ -252,6 +252,70 @@ out:
 	free(y);
 }
 
+/* Outputs of rows x 96 weights of type times 8 tokens under a bf16 setting. */
+static float *
+mul_under(struct threadpool *pool, uint32_t type, const uint8_t *w,
+    int64_t rows, const float *x, int which)
+{
+	float		*y = calloc(8 * rows, sizeof *y);
+	struct qmat	*m;
+	char		*cause = NULL;
+
+	quant_allow_bf16_dot(which);
+	if ((m = qmat_create(type, rows, 96, w, &cause)) == NULL) {
+		diag("%s", cause);
+		free(cause);
+		free(y);
+		return (NULL);
+	}
+	qmat_mul(pool, m, x, 8, y, rows);
+	qmat_free(m);
+	quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+	return (y);
+}
+
+/*
+ * QUANT_BF16_DOT_BF16 (bf16-dot auto's choice): BF16 weights give the bits
+ * of bf16 dot products, F16 weights the exact bits.
+ */
+static void
+test_bf16_only(struct threadpool *pool)
+{
+	static const uint32_t	 types[2] = { TT_F16, TT_BF16 };
+	const int64_t		 rows = 40;
+	float			 x[8 * 96], *none, *all, *only;
+	uint8_t			*w;
+	size_t			 rb, k;
+	int			 i;
+
+	for (k = 0; k < 8 * 96; k++)
+		x[k] = ktu_uniform();
+	for (i = 0; i < 2; i++) {
+		const char *name = tensor_type_get(types[i])->name;
+
+		rb = tensor_row_bytes(tensor_type_get(types[i]), 96);
+		w = malloc(rows * rb);
+		for (k = 0; k < (size_t)rows; k++)
+			ktu_fill_row(types[i], w + k * rb, 96);
+		none = mul_under(pool, types[i], w, rows, x, QUANT_BF16_DOT_NONE);
+		all = mul_under(pool, types[i], w, rows, x, QUANT_BF16_DOT_ALL);
+		only = mul_under(pool, types[i], w, rows, x, QUANT_BF16_DOT_BF16);
+		if (ok(none != NULL && all != NULL && only != NULL,
+		    "bf16 only: %s made under each setting", name)) {
+			ok(memcmp(none, all, 8 * rows * sizeof *x) != 0,
+			    "bf16 only: %s bf16 dot products differ from exact", name);
+			ok(memcmp(only, i == 0 ? none : all,
+			    8 * rows * sizeof *x) == 0,
+			    "bf16 only: %s gives the %s bits", name,
+			    i == 0 ? "exact" : "bf16 dot product");
+		}
+		free(none);
+		free(all);
+		free(only);
+		free(w);
+	}
+}
+
 /*
  * qmat_mul_n: matrices of several types (two sharing their prepared
  * activations, one kept on the mapped rows) in one run of the pool give
@@ -477,10 +541,25 @@ main(void)
 			free(zw);
 		}
 	}
+	/* bf16-dot auto: a measured rate, and the setting it implies. */
+	{
+		double	rate;
+		int	which = quant_bf16_dot_auto(&rate);
+
+		if (!quant_bf16_dot_supported())
+			ok(which == QUANT_BF16_DOT_NONE && rate == 0,
+			    "bf16 dot auto: none without the instructions");
+		else
+			ok(rate > 0.05 && rate < 20 && which == (rate >= 0.75 ?
+			    QUANT_BF16_DOT_BF16 : QUANT_BF16_DOT_NONE),
+			    "bf16 dot auto: vdpbf16ps at %.2f of the multiply-add "
+			    "rate, %s", rate, which == QUANT_BF16_DOT_NONE ?
+			    "none" : "BF16 weights");
+	}
 	/* bf16 dot products for the float types, where the CPU has them. */
 	if (quant_bf16_dot_supported()) {
 		quant_force_isa(QUANT_ISA_AVX512);
-		quant_allow_bf16_dot(1);
+		quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
 		bf16_mode = 1;
 		for (j = 0; j < sizeof rowcounts / sizeof rowcounts[0]; j++) {
 			test_shape(pool, QUANT_ISA_AVX512, TT_F16, rowcounts[j], 512);
@@ -491,7 +570,8 @@ main(void)
 		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 33, 75);
 		test_shape(pool, QUANT_ISA_AVX512, TT_BF16, 40, 2050);
 		bf16_mode = 0;
-		quant_allow_bf16_dot(0);
+		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+		test_bf16_only(pool);
 	} else
 		diag("bf16 dot products: not supported by this CPU, skipped");
 	quant_force_isa(QUANT_ISA_AUTO);

@@ -369,10 +369,10 @@ main(void)
 			test_fill(ktu_types[i], isa);
 	}
 	if (quant_bf16_dot_supported()) {
-		quant_allow_bf16_dot(1);
+		quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
 		test_dots(TT_F16, QUANT_ISA_AVX512);
 		test_dots(TT_BF16, QUANT_ISA_AVX512);
-		quant_allow_bf16_dot(0);
+		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
 	} else
 		diag("bf16 dot products: not supported by this CPU, skipped");
 	done_testing();
