@@ -33,6 +33,7 @@
 #define XMR	2	/* groups per tile, exact mode */
 #define XNR2	6	/* tokens per two-group tile (TILE_DISPATCH_NR's most) */
 #define BMR	2	/* groups per tile, bf16 mode */
+#define BSMR	4	/* groups per tile of one or two tokens, bf16 mode */
 #define BNR	12	/* tokens per tile, bf16 mode */
 
 #define AI	static inline __attribute__((always_inline))
@@ -366,8 +367,8 @@ bf16dot_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 	const size_t	 gb = group_bytes(cols);
 	const uint8_t	*gp = pw + (size_t)(r0 / FG) * gb;
 	const int64_t	 np = (cols + 1) / 2;
-	__m512		 acc[BMR][BNR];
-	__m512bh	 wv[BMR];
+	__m512		 acc[BSMR][BNR];
+	__m512bh	 wv[BSMR];
 	const uint32_t	*x[BNR];
 	int64_t		 p;
 	int		 i, j;
@@ -376,27 +377,29 @@ bf16dot_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 	for (j = 0; j < nr; j++) {
 		/* Pairs of bf16 activations; the stride is padded with zeros. */
 		x[j] = (const uint32_t *)(a->xb + (size_t)(t0 + j) * a->stride);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 		for (i = 0; i < mg; i++)
 			acc[i][j] = _mm512_setzero_ps();
 	}
 	for (p = 0; p < np; p++) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 		for (i = 0; i < mg; i++) {
-			_mm_prefetch((const char *)gp + i * gb + 64 * p + 1024, _MM_HINT_T0);
-			_mm_prefetch((const char *)gp + (i + mg) * gb + 64 * p, _MM_HINT_T1);
+			_mm_prefetch((const char *)gp + i * gb + 64 * p +
+			    (nr > 1 ? 1024 : XPF1), _MM_HINT_T0);
+			_mm_prefetch((const char *)gp + (i + mg) * gb + 64 * p,
+			    _MM_HINT_T1);
 			wv[i] = (__m512bh)_mm512_load_si512((const void *)(gp + i * gb +
 			    64 * p));
 		}
 #pragma GCC unroll 12
 		for (j = 0; j < nr; j++) {
 			__m512bh xv = (__m512bh)_mm512_set1_epi32((int)x[j][p]);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 			for (i = 0; i < mg; i++)
 				acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
 		}
 	}
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 	for (i = 0; i < mg; i++) {
 		int		left = mr - i * FG;
 		__mmask16	m = left >= FG ? 0xffff : (__mmask16)((1U << left) - 1);
@@ -430,6 +433,20 @@ static void
 bf16dot_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)
 {
+	/* A decode step's tile: four groups, four chains (see smr). */
+	if (mr > (BSMR - 1) * FG && nr <= 2) {
+		if (nr == 1)
+			bf16dot_tile(pw, cols, r0, BSMR, mr, a, t0, 1, y, ldy);
+		else
+			bf16dot_tile(pw, cols, r0, BSMR, mr, a, t0, 2, y, ldy);
+		return;
+	}
+	if (mr > BMR * FG) {
+		bf16dot_packed(pw, cols, r0, BMR * FG, a, t0, nr, y, ldy);
+		bf16dot_packed(pw, cols, r0 + BMR * FG, mr - BMR * FG, a, t0,
+		    nr, y, ldy);
+		return;
+	}
 	if (mr > FG) {
 		BTILES(2)
 	} else {
@@ -496,6 +513,12 @@ float_avx512_packed(struct quant_kernel *k, uint32_t type, int bf16)
 		k->pack = type == TT_F16 ? f16_pack_bf16dot : bf16_pack_bf16dot;
 		k->pfn = bf16dot_packed;
 		k->pmr = BMR * FG;
+		/*
+		 * One chain of vdpbf16ps an output (6 cycles each on Zen 5)
+		 * would bound a decode step on one group; four groups keep
+		 * four chains going.
+		 */
+		k->smr = BSMR * FG;
 		k->pnr = BNR;
 		k->playout = ACT_BF16;
 		k->pfill = act_fill_bf16;

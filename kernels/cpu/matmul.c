@@ -260,7 +260,8 @@ qmat_get_row(const struct qmat *m, int64_t r, float *out)
 
 /*
  * Rows [r0, r1) of a part on repacked weights: tiles of pmr rows (one
- * 16-row group at a time for a small batch, a single stream).
+ * 16-row group at a time for a small batch, a single stream, unless the
+ * kernel asks for more with smr).
  */
 static void
 packed_rows(const struct mul_part *p, int n_tok, int64_t r0, int64_t r1)
@@ -270,7 +271,7 @@ packed_rows(const struct mul_part *p, int n_tok, int64_t r0, int64_t r1)
 	int64_t			 r;
 	int			 tb, t, t1, tt, row_step, use_amx;
 
-	row_step = n_tok <= SMALL_BATCH ? 16 : k->pmr;
+	row_step = n_tok > SMALL_BATCH ? k->pmr : k->smr != 0 ? k->smr : 16;
 	tb = (int)(ACT_BLOCK_BYTES / ((size_t)m->cols * 3));
 	tb -= tb % k->pnr;
 	if (tb < k->pnr)
@@ -445,6 +446,9 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 		 */
 		p->chunk_rows = rows / (nth * (n_tok >= 64 ? 4 : 8));
 		mr = m->packed != NULL ? m->kern.pmr : m->kern.mr;
+		if (m->packed != NULL && n_tok <= SMALL_BATCH &&
+		    m->kern.smr > mr)
+			mr = m->kern.smr;
 		p->chunk_rows -= p->chunk_rows % mr;
 		if (p->chunk_rows < mr)
 			p->chunk_rows = mr;

@@ -150,6 +150,7 @@ struct quant_kernel {
 	quant_pack_fn	 pack;
 	quant_packed_fn	 pfn;
 	int		 pmr;		/* rows per packed tile (a multiple of 16) */
+	int		 smr;		/* the same for a small batch; 0: 16 */
 	int		 pnr;
 	int		 playout;	/* enum act_layout pfn reads */
 	quant_fill_fn	 pfill;
@@ -166,7 +167,8 @@ struct quant_kernel {
  * Repacking weights at load.  pack(w, row_bytes, rows, cols, dst) copies
  * the rows into the kernel's interleaved layout at dst and returns its
  * size; dst NULL only returns the size.  pfn computes Y[t][r] for rows
- * [r0, r0 + mr) (r0 a multiple of 16, mr <= pmr) and tokens [t0, t0 + nr)
+ * [r0, r0 + mr) (r0 a multiple of 16, mr <= pmr, or
+ * smr for a batch of one or two tokens) and tokens [t0, t0 + nr)
  * from the packed copy pw, with the same guarantee as fn: each output is
  * computed the same way whatever the tile.  quant_allow_pack(0) keeps the
  * weights in the mapped file (no copy); it is read by qmat_create() and

@@ -569,6 +569,9 @@ main(void)
 		test_shape(pool, QUANT_ISA_AVX512, TT_BF16, 3, 96);
 		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 33, 75);
 		test_shape(pool, QUANT_ISA_AVX512, TT_BF16, 40, 2050);
+		/* Decode tiles of four groups, whole and cut short. */
+		test_shape(pool, QUANT_ISA_AVX512, TT_BF16, 64, 130);
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 150, 96);
 		bf16_mode = 0;
 		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
 		test_bf16_only(pool);
