@@ -67,7 +67,7 @@ struct emu_ctx {
 extern "C" void	emu_swap(void **save_sp, void *load_sp);
 /* emu_swap: push rbp, rbx, r12-r15, store rsp in *save_sp, switch to
  * load_sp, pop what was pushed there and return on that stack. */
-asm(".text\n"
+asm(".pushsection .text\n"
     ".globl emu_swap\n"
     ".type emu_swap, @function\n"
     "emu_swap:\n"
@@ -78,7 +78,8 @@ asm(".text\n"
     "	popq %r15\n	popq %r14\n	popq %r13\n"
     "	popq %r12\n	popq %rbx\n	popq %rbp\n"
     "	ret\n"
-    ".size emu_swap, .-emu_swap\n");
+    ".size emu_swap, .-emu_swap\n"
+    ".popsection\n");
 #endif
 
 /* Save the running context in from and resume to. */
