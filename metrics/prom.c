@@ -194,11 +194,14 @@ prom_hist(struct strbuf *sb, const char *name, const char *model,
 	strbuf_free(&le);
 }
 
-/* Write one counter or gauge family read from a u64 field of the snapshot. */
+/*
+ * Write one counter or gauge family read from a u64 field of the snapshot
+ * (at `off'), each value multiplied by `scale'.
+ */
 static void
-prom_field(struct strbuf *sb, const char *name, const char *type,
+prom_u64(struct strbuf *sb, const char *name, const char *type,
     const char *help, const struct inst_snapshot *const *snaps, size_t n,
-    size_t off)
+    size_t off, double scale)
 {
 	uint64_t	v;
 	size_t		i;
@@ -206,23 +209,25 @@ prom_field(struct strbuf *sb, const char *name, const char *type,
 	prom_family(sb, name, type, help);
 	for (i = 0; i < n; i++) {
 		memcpy(&v, (const char *)snaps[i] + off, sizeof v);
-		prom_sample(sb, name, "", snaps[i]->name, NULL, (double)v);
+		prom_sample(sb, name, "", snaps[i]->name, NULL, (double)v * scale);
 	}
 }
 
-/* Write one counter family of a nanosecond field (at `off'), in seconds. */
+/* Write one counter or gauge family of a u64 field as it is. */
+static void
+prom_field(struct strbuf *sb, const char *name, const char *type,
+    const char *help, const struct inst_snapshot *const *snaps, size_t n,
+    size_t off)
+{
+	prom_u64(sb, name, type, help, snaps, n, off, 1);
+}
+
+/* Write one counter family of a nanosecond field, in seconds. */
 static void
 prom_seconds(struct strbuf *sb, const char *name, const char *help,
     const struct inst_snapshot *const *snaps, size_t n, size_t off)
 {
-	uint64_t	v;
-	size_t		i;
-
-	prom_family(sb, name, "counter", help);
-	for (i = 0; i < n; i++) {
-		memcpy(&v, (const char *)snaps[i] + off, sizeof v);
-		prom_sample(sb, name, "", snaps[i]->name, NULL, v / 1e9);
-	}
+	prom_u64(sb, name, "counter", help, snaps, n, off, 1e-9);
 }
 
 /* Write one gauge family computed by `get'. */
