@@ -37,7 +37,7 @@
 #define LOGIT_TOL	2e-3
 /*
  * The same for a BF16 model against a float64 evaluation of bf16 dot
- * products: phased lands within 3e-7 of it, exact products instead of
+ * products: phased lands within 4e-7 of it, exact products instead of
  * bf16 ones 5e-3 or more away; the margin is for a sum order that rounds
  * some activation to the other neighbouring bf16.
  */
