@@ -42,6 +42,13 @@
  * some activation to the other neighbouring bf16.
  */
 #define BF16_TOL	5e-4
+/*
+ * The same BF16 model against llama.cpp's own run of it: phased lands
+ * 4.2e-3 to 6.0e-3 away (exact products 4.6e-3 to 8.3e-3), the F32
+ * model's weights 9e-3 or more.  Looser than the float64 check, it
+ * confirms the model against a peer; the float64 one the arithmetic.
+ */
+#define BF16_PEER_TOL	7e-3
 
 static const char *models[] = { "llama3", "mistral-hd", "qwen2", "qwen3",
     "gemma2", "gemma3", "phi3" };
@@ -188,6 +195,29 @@ out:
 	return (0);
 }
 
+/* Every case of a reference document: four, each checked by check_case. */
+static void
+check_doc(const char *name, const struct model *m, const char *doc,
+    struct threadpool *tp, double rtol, const char *who)
+{
+	struct kv_pool	*pool;
+	int32_t		 ids[MAX_PROMPT + 1];
+	const char	*c;
+	char		*cause = NULL;
+	int		 n;
+
+	if ((pool = model_kv_pool_create(m, 16, &cause)) == NULL) {
+		ok(0, "%s: KV pool: %s", name, cause);
+		free(cause);
+		return;
+	}
+	for (c = strstr(doc, "\"prompt\""), n = 0; c != NULL;
+	    c = strstr(c + 1, "\"prompt\""), n++)
+		check_case(name, m, pool, c, tp, rtol, who, ids);
+	is_int(n, 4, "%s: four cases in %s outputs", name, who);
+	kv_pool_free(pool);
+}
+
 /*
  * Batch invariance on one architecture: a prompt grown past the sliding
  * windows, whole, in chunks of 1 and 5, and in a ragged batch beside
@@ -321,20 +351,16 @@ write_bf16(const char *name, const char *out)
  * A BF16 model with bf16-dot on (bf16-dot auto's choice where vdpbf16ps
  * is fast: activations rounded to bf16 as llama.cpp rounds them for BF16
  * matrices) against a float64 evaluation of that arithmetic
- * (tests/data/arch-bf16).  llama.cpp's own run of the model gives the
- * same greedy tokens but logits 0.011-0.020 away from both.
+ * (tests/data/arch-bf16), then against llama.cpp's own run of the model,
+ * which gives the same greedy tokens but logits 0.011-0.020 away.
  */
 static void
 check_bf16(const char *name, struct threadpool *tp)
 {
 	struct model_opts	 o = { .n_threads = 2, .kv_type_f32 = 1 };
 	struct model		*m;
-	struct kv_pool		*pool;
-	int32_t			 ids[MAX_PROMPT + 1];
 	char			 ref[1200], out[1200], label[64], *doc;
 	char			*cause = NULL;
-	const char		*c;
-	int			 n;
 
 	snprintf(label, sizeof label, "%s as BF16", name);
 	if (!quant_bf16_dot_supported()) {
@@ -363,15 +389,15 @@ check_bf16(const char *name, struct threadpool *tp)
 		free(doc);
 		return;
 	}
-	pool = model_kv_pool_create(m, 16, &cause);
-	for (c = strstr(doc, "\"prompt\""), n = 0; c != NULL;
-	    c = strstr(c + 1, "\"prompt\""), n++)
-		check_case(label, m, pool, c, tp, BF16_TOL,
-		    "the float64 reference's", ids);
-	is_int(n, 4, "%s as BF16: four reference cases", name);
-	kv_pool_free(pool);
-	model_free(m);
+	check_doc(label, m, doc, tp, BF16_TOL, "the float64 reference's");
 	free(doc);
+	snprintf(ref, sizeof ref, "%s/tests/data/arch-bf16/%s-llamacpp.json",
+	    TOP_SRCDIR, name);
+	if (ok((doc = slurp(ref, NULL)) != NULL, "%s as BF16: llama.cpp's "
+	    "outputs read", name))
+		check_doc(label, m, doc, tp, BF16_PEER_TOL, "llama.cpp's");
+	free(doc);
+	model_free(m);
 }
 
 /*
@@ -514,12 +540,8 @@ main(void)
 {
 	struct threadpool	*tp;
 	struct model		*m;
-	struct kv_pool		*pool;
 	char			 path[1200], *doc, *cause = NULL;
-	const char		*c;
-	int32_t			 ids[MAX_PROMPT + 1];
 	size_t			 k;
-	int			 n;
 
 	snprintf(shared, sizeof shared, "%s", shared_dir());
 	snprintf(path, sizeof path, "%s/golden/arch/llama3.json", shared);
@@ -543,13 +565,7 @@ main(void)
 		}
 		is_str(model_info(m)->arch, want_arch[k], "%s: architecture",
 		    models[k]);
-		pool = model_kv_pool_create(m, 16, &cause);
-		for (c = strstr(doc, "\"prompt\""), n = 0; c != NULL;
-		    c = strstr(c + 1, "\"prompt\""), n++)
-			check_case(models[k], m, pool, c, tp, LOGIT_TOL,
-			    "llama.cpp's", ids);
-		is_int(n, 4, "%s: four reference cases", models[k]);
-		kv_pool_free(pool);
+		check_doc(models[k], m, doc, tp, LOGIT_TOL, "llama.cpp's");
 		model_free(m);
 		free(doc);
 	}
