@@ -33,9 +33,11 @@
 #define XNR	12	/* tokens per one-group tile, exact mode */
 #define XMR	2	/* groups per tile, exact mode */
 #define XNR2	6	/* tokens per two-group tile (TILE_DISPATCH_NR's most) */
-#define XSMR	2	/* groups per one-token tile, exact mode */
+#define XSMR	3	/* groups per one-token tile, exact mode */
+#define FPF_DECODE 6144	/* bytes ahead a one-token tile reads its groups */
+#define XMAXG	(XSMR > XMR ? XSMR : XMR)
 #define BMR	2	/* groups per tile, bf16 mode */
-#define BSMR	2	/* groups per tile of one or two tokens, bf16 mode */
+#define BSMR	3	/* groups per tile of one or two tokens, bf16 mode */
 #define BNR	12	/* tokens per tile, bf16 mode */
 
 #define AI	static inline __attribute__((always_inline))
@@ -159,17 +161,18 @@ load_pair(const uint32_t type, const uint8_t *gp, int64_t p, __m512 *e, __m512 *
  * the next groups' (at next) into L2 meanwhile, so the first tile of a
  * group does not wait on memory and the later ones find them there.  A
  * decode step (one token) does one multiply-add per weight, too little
- * to hide the memory latency: it reads its groups PF_DECODE ahead and
- * nothing else, two groups (two streams, four chains) at a time.  On a
- * 2-core Zen 5 that made F16 decode matrices 1.09-1.19x faster than one
- * group with the next one fetched into L2 (alternated runs); the integer
+ * to hide the memory latency: it reads its groups FPF_DECODE ahead and
+ * nothing else, three groups (three streams, six chains in exact mode) at
+ * a time.  On a 2-core Zen 5, in alternated runs, that made F16 decode
+ * 1.13-1.20x faster than two groups 8 KB ahead, which were 1.09-1.19x
+ * faster than one group with the next one fetched into L2; the integer
  * tiles, with more work per byte, are faster on one stream.
  */
 AI void
 prefetch_group(const uint8_t *q, const uint8_t *next, int nr)
 {
 	if (nr == 1)
-		_mm_prefetch((const char *)q + PF_DECODE, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + FPF_DECODE, _MM_HINT_T0);
 	else {
 		_mm_prefetch((const char *)q + 1024, _MM_HINT_T0);
 		_mm_prefetch((const char *)next, _MM_HINT_T1);
@@ -210,7 +213,7 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0,
 	const uint8_t	*gp = pw + (size_t)(r0 / FG) * gb;
 	const int64_t	 np = cols / 2;
 	const int64_t	 xs = 2 * f32x_group(a);	/* floats per column pair */
-	__m512		 acc0[XMR][XNR], acc1[XMR][XNR], we[XMR], wo[XMR];
+	__m512		 acc0[XMAXG][XNR], acc1[XMAXG][XNR], we[XMAXG], wo[XMAXG];
 	const float	*x[XNR];
 	int64_t		 p;
 	int		 i, j;
@@ -218,14 +221,14 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0,
 #pragma GCC unroll 12
 	for (j = 0; j < nr; j++) {
 		x[j] = f32x_token(a, t0 + j);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 		for (i = 0; i < mg; i++) {
 			acc0[i][j] = _mm512_setzero_ps();
 			acc1[i][j] = _mm512_setzero_ps();
 		}
 	}
 	for (p = 0; p < np; p++) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 		for (i = 0; i < mg; i++) {
 			prefetch_group(gp + i * gb + 64 * p,
 			    gp + (i + mg) * gb + 64 * p, nr);
@@ -238,7 +241,7 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0,
 			const __m512	xe = _mm512_set1_ps(x[j][xs * p]);
 			const __m512	xo = _mm512_set1_ps(x[j][xs * p + 1]);
 
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 			for (i = 0; i < mg; i++) {
 				acc0[i][j] = _mm512_fmadd_ps(we[i], xe, acc0[i][j]);
 				acc1[i][j] = _mm512_fmadd_ps(wo[i], xo, acc1[i][j]);
@@ -246,7 +249,7 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0,
 		}
 	}
 	if (cols & 1) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 		for (i = 0; i < mg; i++) {
 			load_pair(type, gp + i * gb, np, &we[i], &wo[i]);
 #pragma GCC unroll 12
@@ -255,7 +258,7 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0,
 				    _mm512_set1_ps(x[j][xs * np]), acc0[i][j]);
 		}
 	}
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 	for (i = 0; i < mg; i++) {
 		const int	 left = mr - i * FG;
 		const __mmask16	 m = left >= FG ? 0xffff :
@@ -286,10 +289,10 @@ exact_tile(const uint32_t type, const uint8_t *pw, int64_t cols, int64_t r0,
 	}
 
 /*
- * The exact product of up to 32 rows: two groups together when a prompt's
- * tokens can share the broadcasts (XNR2 at a time) or for a decode step
- * (two streams, see prefetch_group), else group by group, whose one-group
- * tiles hold more tokens.
+ * The exact product of up to 48 rows: a decode step's groups together
+ * (XSMR streams, see prefetch_group), two groups together when a prompt's
+ * tokens can share the broadcasts (XNR2 at a time), else group by group,
+ * whose one-group tiles hold more tokens.
  */
 #define XDISPATCH(fn, type)						\
 static void								\
@@ -298,17 +301,23 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
 {									\
 	int	t;							\
 									\
-	if (mr > FG && nr >= XNR2) {					\
+	if (mr > 2 * FG) {	/* a small batch's tile of XSMR groups */ \
+		if (nr == 1) {						\
+			exact_tile(type, pw, cols, r0, XSMR, mr, a, t0, 1, \
+			    y, ldy);					\
+			return;						\
+		}							\
+		fn(pw, cols, r0, 2 * FG, a, t0, nr, y, ldy);		\
+		fn(pw, cols, r0 + 2 * FG, mr - 2 * FG, a, t0, nr, y, ldy); \
+		return;							\
+	}								\
+	if (mr > FG && (nr == 1 || nr >= XNR2)) {			\
 		for (t = t0; t < t0 + nr; t += XNR2) {			\
 			const int n = t0 + nr - t;			\
 									\
 			TILE_DISPATCH_NR(exact_tile, type, 2, pw, cols,	\
 			    r0, mr, a, t, n, y, ldy)			\
 		}							\
-		return;							\
-	}								\
-	if (mr > FG && nr == 1) {					\
-		exact_tile(type, pw, cols, r0, XSMR, mr, a, t0, 1, y, ldy); \
 		return;							\
 	}								\
 	if (mr > FG) {							\
@@ -527,9 +536,8 @@ float_avx512_packed(struct quant_kernel *k, uint32_t type, int bf16)
 		k->pmr = BMR * FG;
 		/*
 		 * One chain of vdpbf16ps an output (6 cycles each on Zen 5)
-		 * would bound a decode step on one group; two keep two chains
-		 * going in two streams (see prefetch_group; four streams read
-		 * less of the bandwidth).
+		 * would bound a decode step on one group; three keep three
+		 * chains going in three streams (see prefetch_group).
 		 */
 		k->smr = BSMR * FG;
 		k->pnr = BNR;
