@@ -164,7 +164,7 @@ load_pair(const uint32_t type, const uint8_t *gp, int64_t p, __m512 *e, __m512 *
  * to hide the memory latency: it reads its groups FPF_DECODE ahead and
  * nothing else, three groups (three streams, six chains in exact mode) at
  * a time.  On a 2-core Zen 5, in alternated runs, that made F16 decode
- * 1.13-1.20x faster than two groups 8 KB ahead, which were 1.09-1.19x
+ * 1.05-1.32x faster than two groups 8 KB ahead, which were 1.09-1.19x
  * faster than one group with the next one fetched into L2; the integer
  * tiles, with more work per byte, are faster on one stream.
  */
