@@ -24,7 +24,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "prefetch.h"
 #include "quant.h"
 #include "tensor_type.h"
 #include "tile_dispatch.h"

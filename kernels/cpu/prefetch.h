@@ -8,16 +8,6 @@
 #include <immintrin.h>
 
 /*
- * Bytes ahead that a one-token tile (decode) prefetches its stream of
- * repacked weights.  A single token does so little work per byte that the
- * stream is bound by memory latency; fetching 8 KB ahead rather than one
- * block ahead keeps more lines in flight (about 1.3x the single-thread
- * matrix rate for Q4_0 and Q8_0 on a 2-core AVX-512 machine, less for the
- * K-quants).
- */
-#define PF_DECODE	8192
-
-/*
  * Prefetch every 64-byte line of the n bytes at p + ahead.  One prefetch
  * per block, when a block is longer than a line, leaves the other lines
  * waiting on memory (the packed AVX2 Q4_0 tile did, with 144-byte
