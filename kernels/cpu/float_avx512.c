@@ -300,14 +300,14 @@ fn(const uint8_t *pw, int64_t cols, int64_t r0, int mr,		\
 {									\
 	int	t;							\
 									\
-	if (mr > 2 * FG) {	/* a small batch's tile of XSMR groups */ \
+	if (mr > XMR * FG) {	/* a small batch's tile of XSMR groups */ \
 		if (nr == 1) {						\
 			exact_tile(type, pw, cols, r0, XSMR, mr, a, t0, 1, \
 			    y, ldy);					\
 			return;						\
 		}							\
-		fn(pw, cols, r0, 2 * FG, a, t0, nr, y, ldy);		\
-		fn(pw, cols, r0 + 2 * FG, mr - 2 * FG, a, t0, nr, y, ldy); \
+		fn(pw, cols, r0, XMR * FG, a, t0, nr, y, ldy);		\
+		fn(pw, cols, r0 + XMR * FG, mr - XMR * FG, a, t0, nr, y, ldy); \
 		return;							\
 	}								\
 	if (mr > FG && (nr == 1 || nr >= XNR2)) {			\
