@@ -78,9 +78,11 @@ apply_math(const struct phased_config *conf)
 			auto_which = quant_bf16_dot_auto(&rate);
 			if (quant_bf16_dot_supported())
 				log_info("bf16-dot auto: vdpbf16ps at %.2f of the "
-				    "multiply-add rate; BF16 weights %s", rate,
+				    "multiply-add rate; %s", rate,
 				    auto_which == QUANT_BF16_DOT_NONE ?
-				    "exact" : "take bf16 dot products");
+				    "everything exact" : "BF16 weights, and the "
+				    "attention of quantized models, take bf16 dot "
+				    "products");
 		}
 		quant_allow_bf16_dot(auto_which);
 		return;

@@ -95,6 +95,20 @@ size_t	attn_avx512_scratch_floats(int n_tok, int grp, int head_dim);
 void	attn_run_avx512(const struct attn_job *, float *scratch);
 
 /*
+ * Floats of scratch attn_run_bf16 needs for jobs of up to n_tok tokens
+ * and grp heads of head_dim.
+ */
+size_t	attn_bf16_scratch_floats(int n_tok, int grp, int head_dim);
+
+/*
+ * Run a job with AVX-512 bf16 dot products (only after the CPU was checked
+ * for them as well): the AVX-512 kernel's algorithm and guarantees with
+ * the scaled queries, keys, values and softmax weights rounded to bf16,
+ * products summed in f32 (see attn_bf16.c).
+ */
+void	attn_run_bf16(const struct attn_job *, float *scratch);
+
+/*
  * Floats of scratch attn_run_avx2 needs for jobs of up to n_tok tokens and
  * grp heads of head_dim.
  */

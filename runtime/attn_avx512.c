@@ -23,48 +23,9 @@
  */
 #include "config.h"
 
-#include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
-#include "attn.h"
-
-#define KT	ATTN_KEY_TILE
-#define KVEC	(KT / 16)	/* vectors of scores per row */
-#define RB	6		/* rows per register block */
-#define DCH	4		/* vectors of head_dim per value pass */
-
-#define AI	static inline __attribute__((always_inline))
-/* Loops over a block's rows and vectors unrolled, so they live in registers. */
-#define UNROLL	_Pragma("GCC unroll 16")
-
-/*
- * e^x for sixteen x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, a degree-5
- * polynomial for e^r scaled by 2^n: 1 + r q(r), q fitted at the Chebyshev
- * nodes of the interval, within 2.2e-7 of e^r when evaluated in floats (as
- * close as the degree-6 Taylor polynomial, one FMA less).  x is
- * first raised to -87 (e^-87 is about 1.6e-38), which keeps -inf and huge
- * negative differences away from the reduction; callers zero the lanes
- * that must be exactly 0.
- */
-AI __m512
-exp16(__m512 x)
-{
-	__m512	n, r, p;
-
-	x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-	p = _mm512_set1_ps(0.008363774046301842f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.04187985509634018f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.16666573286056519f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.4999934732913971f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	return (_mm512_scalef_ps(p, n));
-}
+#include "attn_avx512.h"
 
 /*
  * Scores of R rows (queries q, row stride hd) against a key tile k laid out
@@ -183,85 +144,6 @@ pv_block(int R, int NV, float *o, int ostr, const float *p, const float *v,
 	PV_CASE(5);
 	default:
 	PV_CASE(6);
-	}
-}
-
-/*
- * One softmax step for R rows of scores s (stride KT) whose keys are slots
- * lo..hi-1 of the tile: soft-cap, mask the rest to -inf, raise the running
- * maxima mx, turn the scores into e^(s - max) in place, and rescale the
- * sixteen-lane running sums ls by the factors left in sc for the values.
- */
-static void
-softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
-    float *sc)
-{
-	const __m512	ninf = _mm512_set1_ps(-INFINITY);
-	const __m512i	lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-			    10, 11, 12, 13, 14, 15);
-	__m512		x[KVEC], m, mold, t, sum;
-	__mmask16	keep[KVEC];
-	float		*sr, mnew, f;
-	int		 r, v, j;
-
-	for (r = 0; r < R; r++) {
-		sr = s + (size_t)r * KT;
-		if (cap != 0.0f) {
-			for (j = lo; j < hi; j++)
-				sr[j] = cap * tanhf(sr[j] / cap);
-		}
-		UNROLL
-		for (v = 0; v < KVEC; v++) {
-			x[v] = _mm512_loadu_ps(sr + 16 * v);
-			keep[v] = 0xffff;
-			if (lo > 16 * v || hi < 16 * v + 16) {
-				__m512i idx = _mm512_add_epi32(lane,
-				    _mm512_set1_epi32(16 * v));
-
-				keep[v] = _mm512_cmp_epi32_mask(idx,
-				    _mm512_set1_epi32(lo), _MM_CMPINT_NLT) &
-				    _mm512_cmp_epi32_mask(idx,
-				    _mm512_set1_epi32(hi), _MM_CMPINT_LT);
-				x[v] = _mm512_mask_mov_ps(ninf, keep[v], x[v]);
-			}
-		}
-		m = x[0];
-		UNROLL
-		for (v = 1; v < KVEC; v++)
-			m = _mm512_max_ps(m, x[v]);
-		/*
-		 * e^0 is exactly 1: skip it while the maximum holds, and the
-		 * reduction too when no lane passes it (most tiles after the
-		 * first few).
-		 */
-		mold = _mm512_set1_ps(mx[r]);
-		sc[r] = 1.0f;
-		if (_mm512_cmp_ps_mask(m, mold, _CMP_GT_OQ) != 0) {
-			f = _mm512_reduce_max_ps(m);
-			mnew = mx[r] > f ? mx[r] : f;
-			if (mnew != mx[r]) {
-				sc[r] = mx[r] == -INFINITY ? 0.0f :
-				    _mm512_cvtss_f32(exp16(_mm512_set1_ps(
-				    mx[r] - mnew)));
-				mx[r] = mnew;
-				mold = _mm512_set1_ps(mnew);
-			}
-		}
-		UNROLL
-		for (v = 0; v < KVEC; v++) {
-			x[v] = exp16(_mm512_sub_ps(x[v], mold));
-			if (keep[v] != 0xffff)	/* masked keys weigh 0 */
-				x[v] = _mm512_maskz_mov_ps(keep[v], x[v]);
-			_mm512_storeu_ps(sr + 16 * v, x[v]);
-		}
-		sum = x[0];
-		UNROLL
-		for (v = 1; v < KVEC; v++)
-			sum = _mm512_add_ps(sum, x[v]);
-		t = _mm512_loadu_ps(ls + (size_t)16 * r);
-		if (sc[r] != 1.0f)
-			t = _mm512_mul_ps(t, _mm512_set1_ps(sc[r]));
-		_mm512_storeu_ps(ls + (size_t)16 * r, _mm512_add_ps(t, sum));
 	}
 }
 
@@ -386,38 +268,6 @@ gather(struct attn_st *st, uint32_t t0, int x0, int tn)
 		}
 }
 
-/*
- * Ask for the pages of positions t0..t0+tn-1 in the second-level cache:
- * the next tile's keys and values arrive while this tile is worked on.
- */
-static void
-prefetch_tile(const struct attn_st *st, uint32_t t0, int tn)
-{
-	const struct attn_job	*j = st->j;
-	const struct kv_pool	*pool = j->pool;
-	const uint32_t		 bs = pool->layout.block_size;
-	const size_t		 bytes = (size_t)st->hd * bs * pool->elem_size;
-	const char		*k, *v;
-	uint32_t		 p;
-	size_t			 o;
-
-	for (p = t0 - t0 % bs; p < t0 + (uint32_t)tn; p += bs) {
-		k = kv_block_k(pool, j->blocks[p / bs], j->layer, j->kv_head);
-		v = kv_block_v(pool, j->blocks[p / bs], j->layer, j->kv_head);
-		for (o = 0; o < bytes; o += 64) {
-			_mm_prefetch(k + o, _MM_HINT_T1);
-			_mm_prefetch(v + o, _MM_HINT_T1);
-		}
-	}
-}
-
-/* Round a float count up to whole 64-byte lines. */
-static size_t
-lines(size_t n)
-{
-	return ((n + 15) & ~(size_t)15);
-}
-
 /* Floats of scratch for jobs of up to n_tok tokens of grp heads of hd. */
 size_t
 attn_avx512_scratch_floats(int n_tok, int grp, int hd)
@@ -438,7 +288,7 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 	struct attn_st	 st;
 	uint32_t	 first, t0;
 	int		 kt, tn, t, r, d;
-	float		*f, l;
+	float		*f;
 
 	st.j = j;
 	st.hd = hd;
@@ -480,27 +330,10 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
 		gather(&st, t0, first > t0 ? (int)(first - t0) : 0, tn);
 		if (last >= t0 + KT)
-			prefetch_tile(&st, t0 + KT, last - (t0 + KT) + 1 < KT ?
+			prefetch_tile(j, t0 + KT, last - (t0 + KT) + 1 < KT ?
 			    (int)(last - (t0 + KT) + 1) : KT);
 		attn_tile_rows(j, t0, rows_step, &st);
 	}
 
-	for (t = 0; t < j->n_tok; t++)
-		for (r = 0; r < grp; r++) {
-			const int	 qi = t * grp + r;
-			float		*out = j->out + (size_t)t * j->stride +
-			    (size_t)r * hd;
-
-			l = 0.0f;
-			for (d = 0; d < 16; d++)
-				l += st.ls[(size_t)16 * qi + d];
-			for (d = 0; d < hd; d += 16) {
-				__mmask16 m = hd - d < 16 ?
-				    (__mmask16)((1u << (hd - d)) - 1) : 0xffff;
-
-				_mm512_mask_storeu_ps(out + d, m, _mm512_div_ps(
-				    _mm512_loadu_ps(st.o + (size_t)qi * st.hdp + d),
-				    _mm512_set1_ps(l)));
-			}
-		}
+	store_out(j, st.o, st.hdp, st.ls);
 }

@@ -459,7 +459,9 @@ attn_task_tiled(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	j.qscale = c->m->hp.q_scale;
 	j.cap = c->m->hp.attn_softcap;
 	j.win = c->m->layers[c->layer].swa ? mi->n_swa : 0;
-	if (c->avx512)
+	if (c->avx512 && c->m->attn_bf16)
+		attn_run_bf16(&j, scratch);
+	else if (c->avx512)
 		attn_run_avx512(&j, scratch);
 	else
 		attn_run_avx2(&j, scratch);

@@ -346,6 +346,29 @@ load_weights(struct load_ctx *lc, char **cause)
 	return (0);
 }
 
+/*
+ * Whether a model mostly of weight type ty computes attention with bf16
+ * dot products on this CPU: always where every float type may take them
+ * (bf16-dot yes); where only BF16 may (auto, on a CPU that issues them
+ * fast), for the quantized types, whose products already round their
+ * activations to 8-bit integers: bf16 attention moves their logits less
+ * than the quantization does.  F32, F16 and BF16 models stay exact there.
+ */
+static int
+attn_bf16_for(uint32_t ty)
+{
+	if (quant_isa() < QUANT_ISA_AVX512 || !quant_bf16_dot_supported())
+		return (0);
+	switch (quant_bf16_dot_allowed()) {
+	case QUANT_BF16_DOT_ALL:
+		return (1);
+	case QUANT_BF16_DOT_BF16:
+		return (ty != TT_F32 && ty != TT_F16 && ty != TT_BF16);
+	default:
+		return (0);
+	}
+}
+
 /* Count parameters and find the type that holds most of them. */
 static void
 summarize(struct model *m)
@@ -372,6 +395,7 @@ summarize(struct model *m)
 	if (m->info.type_name == NULL)
 		m->info.type_name = "unknown";
 	m->info.file_size = f->size;
+	m->attn_bf16 = attn_bf16_for(best);
 }
 
 /* Load a model. */

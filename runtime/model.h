@@ -191,6 +191,7 @@ struct model {
 	float			*rope_freqs;	/* n_rot / 2 factors or NULL */
 	float			*rope_long, *rope_short; /* LongRoPE or NULL */
 	struct model_rope	 rope[2];	/* global layers, local layers */
+	int			 attn_bf16;	/* attn_run_bf16 on the CPU */
 	uint8_t			*tensor_used;	/* while loading: per tensor */
 };
 

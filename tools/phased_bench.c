@@ -418,6 +418,7 @@ main(int argc, char **argv)
 	int64_t			 overhead;
 	uint32_t		 blocks;
 	int			 i, k, pmax = 1, bmax = 1, ctx, first = 1;
+	int			 attn_bf16;
 	double			 roof;
 
 	pb_parse(argc, argv, &o);
@@ -486,6 +487,8 @@ main(int argc, char **argv)
 		    (mi->n_vocab > 3 ? mi->n_vocab - 3 : 1));
 	p.logits = xcalloc((size_t)bmax * mi->n_vocab, sizeof *p.logits);
 
+	/* The CPU's attention kernel; other backends compute their own. */
+	attn_bf16 = strcmp(p.be->name, "cpu") == 0 && p.m->attn_bf16;
 	if (o.json) {
 		printf("{\"model\":\"");
 		for (i = 0; o.model[i] != '\0'; i++)
@@ -493,8 +496,9 @@ main(int argc, char **argv)
 			    "\\%c" : "%c", o.model[i]);
 		printf("\",\"type\":\"%s\",\"n_params\":%" PRIu64 ","
 		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"bf16_dot\":\"%s\","
-		    "\"results\":[", mi->type_name, mi->n_params, o.threads, ctx,
-		    t_load / 1e9, pb_dot_name[o.bf16]);
+		    "\"attn_bf16\":%s,\"results\":[", mi->type_name, mi->n_params,
+		    o.threads, ctx, t_load / 1e9, pb_dot_name[o.bf16],
+		    attn_bf16 ? "true" : "false");
 	} else {
 		printf("model %s: %s, %.3f M parameters, file %.1f MiB, "
 		    "loaded in %.2f s\n", o.model, mi->type_name, mi->n_params / 1e6,
@@ -502,6 +506,9 @@ main(int argc, char **argv)
 		printf("threads %d (0 = all CPUs), ctx %d, %d repetitions\n",
 		    o.threads, ctx, o.reps);
 		printf("float weights: %s\n", pb_math[o.bf16]);
+		printf("attention: %s\n", attn_bf16 ? "bf16 dot products "
+		    "(queries, keys, values and weights rounded to bf16)" :
+		    "exact (f32 products)");
 		printf("decode roofline: %.1f MiB of weights read per step / "
 		    "%.1f GB/s = %.1f steps/s (tokens/s at batch 1)\n",
 		    wbytes / 1048576.0, o.bw_gbps, roof);
