@@ -22,6 +22,40 @@
 #define UNROLL	_Pragma("GCC unroll 16")
 
 /*
+ * Calls of a kernel file's qk_rows and pv_rows with the block's shape as a
+ * constant (1..RB rows, 1..DCH vectors), so each is compiled on its own.
+ */
+#define QK_SWITCH(R, ...)						\
+	switch (R) {							\
+	case 1: qk_rows(__VA_ARGS__, 1); break;				\
+	case 2: qk_rows(__VA_ARGS__, 2); break;				\
+	case 3: qk_rows(__VA_ARGS__, 3); break;				\
+	case 4: qk_rows(__VA_ARGS__, 4); break;				\
+	case 5: qk_rows(__VA_ARGS__, 5); break;				\
+	default: qk_rows(__VA_ARGS__, 6); break;			\
+	}
+#define PV_CASE(R, NV)							\
+	case R:								\
+		switch (NV) {						\
+		case 1: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 1); break; \
+		case 2: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 2); break; \
+		case 3: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 3); break; \
+		default: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 4); break; \
+		}							\
+		break
+/* pv_rows of the caller's o, ostr, p, v, vstr, lo, hi and sc. */
+#define PV_SWITCH(R, NV)						\
+	switch (R) {							\
+	PV_CASE(1, NV);							\
+	PV_CASE(2, NV);							\
+	PV_CASE(3, NV);							\
+	PV_CASE(4, NV);							\
+	PV_CASE(5, NV);							\
+	default:							\
+	PV_CASE(6, NV);							\
+	}
+
+/*
  * e^x for sixteen x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, a degree-5
  * polynomial for e^r scaled by 2^n: 1 + r q(r), q fitted at the Chebyshev
  * nodes of the interval, within 2.2e-7 of e^r when evaluated in floats (as

@@ -115,40 +115,15 @@ pv_rows(float *o, int ostr, const uint32_t *p, const uint32_t *v, int vstr,
 static void
 qk_block(int R, float *s, const uint32_t *q, int hd2, const uint32_t *k)
 {
-	switch (R) {
-	case 1: qk_rows(s, q, hd2, k, 1); break;
-	case 2: qk_rows(s, q, hd2, k, 2); break;
-	case 3: qk_rows(s, q, hd2, k, 3); break;
-	case 4: qk_rows(s, q, hd2, k, 4); break;
-	case 5: qk_rows(s, q, hd2, k, 5); break;
-	default: qk_rows(s, q, hd2, k, 6); break;
-	}
+	QK_SWITCH(R, s, q, hd2, k);
 }
-
-#define PV_CASE(R)							\
-	case R:								\
-		switch (NV) {						\
-		case 1: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 1); break; \
-		case 2: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 2); break; \
-		case 3: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 3); break; \
-		default: pv_rows(o, ostr, p, v, vstr, lo, hi, sc, R, 4); break; \
-		}							\
-		break
 
 /* pv_rows for 1..RB rows and 1..DCH vectors, each shape compiled on its own. */
 static void
 pv_block(int R, int NV, float *o, int ostr, const uint32_t *p,
     const uint32_t *v, int vstr, int lo, int hi, const float *sc)
 {
-	switch (R) {
-	PV_CASE(1);
-	PV_CASE(2);
-	PV_CASE(3);
-	PV_CASE(4);
-	PV_CASE(5);
-	default:
-	PV_CASE(6);
-	}
+	PV_SWITCH(R, NV);
 }
 
 /* The softmax weights of R rows of s (stride KT) as bf16 pairs at p. */
