@@ -1,12 +1,14 @@
 /*
- * bench-attn.c: speed of an attention kernel over a causal prefill, in
- * thread CPU time (so a busy machine stretches it less than wall time).
+ * bench-attn.c: speed of an attention kernel over a causal prefill, or
+ * with -d of one decode step after N_TOKENS - 1 positions, in thread CPU
+ * time (so a busy machine stretches it less than wall time).
  *
- * usage: bench-attn [-k avx512|avx2] [N_TOKENS [HEAD_DIM [KV_HEADS [GROUP
- * [REPS [TILE]]]]]]
- * (defaults: the best kernel the CPU runs, 4096 64 4 8 3 64: the
+ * usage: bench-attn [-d] [-k avx512|bf16|avx2] [N_TOKENS [HEAD_DIM
+ * [KV_HEADS [GROUP [REPS [TILE]]]]]]
+ * (defaults: the best exact kernel the CPU runs, 4096 64 4 8 3 64: the
  * TinyLlama-1.1B shape, F16 KV, pages of 16, query tokens per job as the
- * forward pass cuts them).
+ * forward pass cuts them).  bf16 is the AVX-512 kernel on bf16 dot
+ * products that quantized models take under bf16-dot auto.
  */
 #include "config.h"
 
@@ -37,8 +39,8 @@ cpu_s(void)
 static int
 usage(void)
 {
-	fprintf(stderr, "usage: bench-attn [-k avx512|avx2] [N_TOKENS "
-	    "[HEAD_DIM [KV_HEADS [GROUP [REPS [TILE]]]]]]\n");
+	fprintf(stderr, "usage: bench-attn [-d] [-k avx512|bf16|avx2] "
+	    "[N_TOKENS [HEAD_DIM [KV_HEADS [GROUP [REPS [TILE]]]]]]\n");
 	return (2);
 }
 
@@ -47,6 +49,7 @@ main(int argc, char **argv)
 {
 	const char		*kern = NULL;
 	int			 n, hd, nkv, grp, reps, QTILE, ch, isa;
+	int			 decode = 0, steps = 1, first = 0;
 	size_t			(*scratch_floats)(int, int, int);
 	void			(*run)(const struct attn_job *, float *);
 	struct kv_layout	 lay;
@@ -57,12 +60,15 @@ main(int argc, char **argv)
 	double			 t, best = INFINITY, flops = 0;
 	char			*cause = NULL;
 	size_t			 i, stride;
-	int			 r, t0, g;
+	int			 r, t0, g, k;
 
-	while ((ch = getopt(argc, argv, "k:")) != -1) {
-		if (ch != 'k')
+	while ((ch = getopt(argc, argv, "dk:")) != -1) {
+		if (ch == 'd')
+			decode = 1;
+		else if (ch == 'k')
+			kern = optarg;
+		else
 			return (usage());
-		kern = optarg;
 	}
 	argc -= optind;
 	argv += optind;
@@ -80,16 +86,26 @@ main(int argc, char **argv)
 		isa = QUANT_ISA_AVX512;
 		scratch_floats = attn_avx512_scratch_floats;
 		run = attn_run_avx512;
+	} else if (strcmp(kern, "bf16") == 0) {
+		isa = QUANT_ISA_AVX512;
+		scratch_floats = attn_bf16_scratch_floats;
+		run = attn_run_bf16;
 	} else if (strcmp(kern, "avx2") == 0) {
 		isa = QUANT_ISA_AVX2;
 		scratch_floats = attn_avx2_scratch_floats;
 		run = attn_run_avx2;
 	} else
 		return (usage());
-	if (!quant_isa_supported(isa)) {
+	if (!quant_isa_supported(isa) || (run == attn_run_bf16 &&
+	    !quant_bf16_dot_supported())) {
 		printf("bench-attn: the CPU has no %s, nothing to measure\n",
 		    kern);
 		return (0);
+	}
+	/* A decode step is short: time a thousand, report one. */
+	if (decode) {
+		first = n - 1;
+		steps = 1000;
 	}
 	lay = (struct kv_layout){ 1, (uint32_t)nkv, (uint32_t)hd, 16, KV_TYPE_F16 };
 	pool = kv_pool_create(&lay, kv_layout_blocks_for(&lay, n), &cause);
@@ -108,7 +124,7 @@ main(int argc, char **argv)
 	scratch = malloc(scratch_floats(QTILE, grp, hd) * sizeof *scratch);
 	for (i = 0; i < (size_t)n * stride; i++)
 		q[i] = (float)((i * 40503u) % 1000) / 500.0f - 1.0f;
-	for (i = 0; i < (size_t)n; i++)
+	for (i = first; i < (size_t)n; i++)
 		flops += 4.0 * hd * (double)(i + 1) * nkv * grp;
 
 	memset(&j, 0, sizeof j);
@@ -119,23 +135,34 @@ main(int argc, char **argv)
 	j.qscale = 1.0f / sqrtf((float)hd);
 	for (r = 0; r < reps; r++) {
 		t = cpu_s();
-		for (t0 = 0; t0 < n; t0 += QTILE)
-			for (g = 0; g < nkv; g++) {
-				j.kv_head = (uint32_t)g;
-				j.pos0 = (uint32_t)t0;
-				j.n_tok = n - t0 < QTILE ? n - t0 : QTILE;
-				j.q = q + (size_t)t0 * stride + (size_t)g * grp * hd;
-				j.out = out + (size_t)t0 * stride + (size_t)g * grp *
-				    hd;
-				run(&j, scratch);
-			}
-		t = cpu_s() - t;
+		for (k = 0; k < steps; k++)
+			for (t0 = first; t0 < n; t0 += QTILE)
+				for (g = 0; g < nkv; g++) {
+					j.kv_head = (uint32_t)g;
+					j.pos0 = (uint32_t)t0;
+					j.n_tok = n - t0 < QTILE ? n - t0 :
+					    QTILE;
+					j.q = q + (size_t)t0 * stride +
+					    (size_t)g * grp * hd;
+					j.out = out + (size_t)t0 * stride +
+					    (size_t)g * grp * hd;
+					run(&j, scratch);
+				}
+		t = (cpu_s() - t) / steps;
 		best = t < best ? t : best;
+	}
+	if (decode) {
+		printf("%s attention decode step after %d positions, head dim "
+		    "%d, %d KV heads x %d: %.1f us CPU per layer (best of %d), "
+		    "%.1f GFLOP/s\n", kern, n - 1, hd, nkv, grp, best * 1e6,
+		    reps, flops / best * 1e-9);
+		goto out;
 	}
 	printf("%s attention prefill of %d tokens, head dim %d, %d KV heads x "
 	    "%d: %.3f s CPU (best of %d, jobs of %d), %.1f GFLOP/s, %.1f us "
 	    "per token per layer\n", kern, n, hd, nkv, grp, best, reps, QTILE,
 	    flops / best * 1e-9, best / n * 1e6);
+out:
 	free(scratch);
 	free(out);
 	free(q);
