@@ -329,9 +329,12 @@ attn_run_bf16(const struct attn_job *j, float *scratch)
 	memset(st.ls, 0, (size_t)nq * 16 * sizeof(float));
 	for (r = 0; r < nq; r++)
 		st.mx[r] = -INFINITY;
-	/* Padding: an odd head_dim's last key pair, values past head_dim. */
-	memset(st.k, 0, (size_t)st.hd2 * KT * sizeof(uint32_t));
-	memset(st.v, 0, (size_t)KP * st.hdp * sizeof(uint32_t));
+	/*
+	 * Values past head_dim stay zero (gather writes an odd head_dim's
+	 * last key pair, and the key slots outside, itself).
+	 */
+	if (st.hdp != hd)
+		memset(st.v, 0, (size_t)KP * st.hdp * sizeof(uint32_t));
 
 	first = win != 0 && j->pos0 + 1 > win ? j->pos0 + 1 - win : 0;
 	for (kt = (int)(first / KT); kt <= (int)(last / KT); kt++) {

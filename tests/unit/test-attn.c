@@ -193,6 +193,9 @@ run_case(const struct kernel *kn, const struct acase *c)
 	ref = malloc((size_t)c->hd * sizeof *ref);
 	scratch = malloc(kn->scratch_floats(c->n_tok, c->grp, c->hd) *
 	    sizeof *scratch);
+	/* NaN everywhere: a kernel that reads scratch it did not write shows. */
+	memset(scratch, 0xff, kn->scratch_floats(c->n_tok, c->grp, c->hd) *
+	    sizeof *scratch);
 	for (i = 0; i < c->n_tok * (int)stride; i++)
 		q[i] = frand() * 2.0f;
 
