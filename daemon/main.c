@@ -80,9 +80,9 @@ apply_math(const struct phased_config *conf)
 				log_info("bf16-dot auto: vdpbf16ps at %.2f of the "
 				    "multiply-add rate; %s", rate,
 				    auto_which == QUANT_BF16_DOT_NONE ?
-				    "everything exact" : "BF16 weights, and the "
-				    "attention of quantized models, take bf16 dot "
-				    "products");
+				    "everything exact" : "BF16 weights, F16 ones of "
+				    "bf16 values, and the attention of quantized "
+				    "models take bf16 dot products");
 		}
 		quant_allow_bf16_dot(auto_which);
 		return;

@@ -54,6 +54,17 @@ get_tensor(struct model *m, const char *name, uint32_t n_dims,
 	return (t);
 }
 
+/* Count the F16 matrices, and those computing as BF16 (bf16 values). */
+static void
+count_matrix(struct model *m, const struct qmat *q, uint32_t type)
+{
+	if (type != TT_F16)
+		return;
+	m->n_f16++;
+	if (qmat_bf16_values(q))
+		m->n_f16_bf16++;
+}
+
 /* Load a weight matrix stored as ne = [cols, rows]. */
 static struct qmat *
 load_matrix(struct load_ctx *lc, const char *name, uint64_t cols,
@@ -72,6 +83,7 @@ load_matrix(struct load_ctx *lc, const char *name, uint64_t cols,
 		free(why);
 		return (NULL);
 	}
+	count_matrix(lc->m, q, t->type);
 	load_progress(lc, t->nbytes);
 	return (q);
 }
@@ -134,8 +146,8 @@ check_factors(const struct model *m, const char *name, const float *f,
  * gate+up ffn_up): the tensor's shape is checked whole by the caller.
  */
 static struct qmat *
-slice_matrix(const struct gguf_tensor *t, const char *name, uint64_t row0,
-    uint64_t rows, char **cause)
+slice_matrix(struct load_ctx *lc, const struct gguf_tensor *t,
+    const char *name, uint64_t row0, uint64_t rows, char **cause)
 {
 	const struct tensor_type_info	*ti = tensor_type_get(t->type);
 	struct qmat			*q;
@@ -153,7 +165,8 @@ slice_matrix(const struct gguf_tensor *t, const char *name, uint64_t row0,
 	if (q == NULL) {
 		set_cause(cause, "tensor '%s': %s", name, why);
 		free(why);
-	}
+	} else
+		count_matrix(lc->m, q, t->type);
 	return (q);
 }
 
@@ -186,9 +199,9 @@ load_layer(struct load_ctx *lc, uint32_t n, char **cause)
 	if (hp->fused && gguf_find_tensor(m->gguf, name) != NULL) {
 		t = get_tensor(m, name, 2, i->n_embd, qd + 2 * kvd, cause);
 		if (t == NULL ||
-		    (l->wq = slice_matrix(t, name, 0, qd, cause)) == NULL ||
-		    (l->wk = slice_matrix(t, name, qd, kvd, cause)) == NULL ||
-		    (l->wv = slice_matrix(t, name, qd + kvd, kvd,
+		    (l->wq = slice_matrix(lc, t, name, 0, qd, cause)) == NULL ||
+		    (l->wk = slice_matrix(lc, t, name, qd, kvd, cause)) == NULL ||
+		    (l->wv = slice_matrix(lc, t, name, qd + kvd, kvd,
 		    cause)) == NULL)
 			return (-1);
 		load_progress(lc, t->nbytes);
@@ -216,9 +229,9 @@ load_layer(struct load_ctx *lc, uint32_t n, char **cause)
 		t = get_tensor(m, name, 2, i->n_embd, 2 * (uint64_t)i->n_ff,
 		    cause);
 		if (t == NULL ||
-		    (l->w_gate = slice_matrix(t, name, 0, i->n_ff,
+		    (l->w_gate = slice_matrix(lc, t, name, 0, i->n_ff,
 		    cause)) == NULL ||
-		    (l->w_up = slice_matrix(t, name, i->n_ff, i->n_ff,
+		    (l->w_up = slice_matrix(lc, t, name, i->n_ff, i->n_ff,
 		    cause)) == NULL)
 			return (-1);
 		load_progress(lc, t->nbytes);

@@ -192,6 +192,8 @@ struct model {
 	float			*rope_long, *rope_short; /* LongRoPE or NULL */
 	struct model_rope	 rope[2];	/* global layers, local layers */
 	int			 attn_bf16;	/* attn_run_bf16 on the CPU */
+	uint32_t		 n_f16;		/* F16 weight matrices */
+	uint32_t		 n_f16_bf16;	/* of them, holding bf16 values */
 	uint8_t			*tensor_used;	/* while loading: per tensor */
 };
 

@@ -39,7 +39,8 @@ static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
 static const char *const pb_math[] = {
 	"exact (f32 activations)",
 	"F16 and BF16 through bf16 dot products (activations rounded to bf16)",
-	"BF16 through bf16 dot products (activations rounded to bf16), F16 exact",
+	"BF16, and F16 of bf16 values, through bf16 dot products (activations "
+	    "rounded to bf16), other F16 exact",
 };
 static const char *const pb_dot_name[] = { "none", "all", "bf16" };
 
@@ -496,9 +497,10 @@ main(int argc, char **argv)
 			    "\\%c" : "%c", o.model[i]);
 		printf("\",\"type\":\"%s\",\"n_params\":%" PRIu64 ","
 		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"bf16_dot\":\"%s\","
-		    "\"attn_bf16\":%s,\"results\":[", mi->type_name, mi->n_params,
+		    "\"attn_bf16\":%s,\"f16_matrices\":%u,\"f16_bf16_values\":%u,"
+		    "\"results\":[", mi->type_name, mi->n_params,
 		    o.threads, ctx, t_load / 1e9, pb_dot_name[o.bf16],
-		    attn_bf16 ? "true" : "false");
+		    attn_bf16 ? "true" : "false", p.m->n_f16, p.m->n_f16_bf16);
 	} else {
 		printf("model %s: %s, %.3f M parameters, file %.1f MiB, "
 		    "loaded in %.2f s\n", o.model, mi->type_name, mi->n_params / 1e6,
@@ -506,6 +508,10 @@ main(int argc, char **argv)
 		printf("threads %d (0 = all CPUs), ctx %d, %d repetitions\n",
 		    o.threads, ctx, o.reps);
 		printf("float weights: %s\n", pb_math[o.bf16]);
+		if (strcmp(p.be->name, "cpu") == 0 && p.m->n_f16 > 0 &&
+		    o.bf16 == QUANT_BF16_DOT_BF16)
+			printf("F16 matrices of bf16 values: %u of %u\n",
+			    p.m->n_f16_bf16, p.m->n_f16);
 		printf("attention: %s\n", attn_bf16 ? "bf16 dot products "
 		    "(queries, keys, values and weights rounded to bf16)" :
 		    "exact (f32 products)");

@@ -342,27 +342,41 @@ pack_bf16dot(uint32_t type, const uint8_t *w, size_t rb, int64_t rows, int64_t c
 {
 	const int64_t	ng = (rows + FG - 1) / FG, np = (cols + 1) / 2;
 	size_t		gb = group_bytes(cols);
-	int64_t		g, p, c;
+	int64_t		g, p, r, k;
+	uint32_t	pairs[FG][16];
 	int		i;
 
 	if (dst == NULL)
 		return (packed_size(rows, cols));
 	for (g = 0; g < ng; g++) {
-		uint16_t	*out = (uint16_t *)(dst + g * gb);
+		uint32_t	*out = (uint32_t *)(dst + g * gb);
 
-		for (p = 0; p < np; p++, out += 2 * FG)
-			for (i = 0; i < 2 * FG; i++) {
-				int64_t		r = g * FG + i / 2;
-				uint16_t	v = 0;
+		/* 16 rows by 32 columns (16 pairs) at a time. */
+		for (p = 0; p < np; p += 16) {
+			int64_t		nc = cols - 2 * p < 32 ? cols - 2 * p : 32;
+			__mmask32	m = (__mmask32)(nc == 32 ? ~0u :
+					    (1u << nc) - 1);
 
-				c = 2 * p + (i & 1);
-				if (r < rows && c < cols) {
-					memcpy(&v, w + (size_t)r * rb + 2 * c, 2);
-					if (type == TT_F16)
-						v = f32_to_bf16(fp16_to_f32(v));
-				}
-				out[i] = v;
+			for (i = 0; i < FG; i++) {
+				__m512i		v = _mm512_setzero_si512();
+
+				r = g * FG + i;
+				if (r < rows)
+					v = _mm512_maskz_loadu_epi16(m,
+					    w + (size_t)r * rb + 4 * p);
+				/* Nearest even, as f32_to_bf16 does. */
+				if (type == TT_F16)
+					v = (__m512i)_mm512_cvtne2ps_pbh(
+					    _mm512_cvtph_ps(
+					    _mm512_extracti64x4_epi64(v, 1)),
+					    _mm512_cvtph_ps(
+					    _mm512_castsi512_si256(v)));
+				_mm512_storeu_si512(pairs[i], v);
 			}
+			for (k = 0; k < 16 && p + k < np; k++)
+				for (i = 0; i < FG; i++)
+					out[(p + k) * FG + i] = pairs[i][k];
+		}
 	}
 	return (packed_size(rows, cols));
 }
@@ -551,6 +565,31 @@ float_avx512_packed(struct quant_kernel *k, uint32_t type, int bf16)
 	k->pnr = XNR;
 	k->playout = ACT_F32X;
 	k->pfill = act_fill_f32x;
+}
+
+/*
+ * Whether all n F16 values at w are bf16 values too (8-bit significand,
+ * as in a file converted from a bf16 checkpoint): then rounding them to
+ * bf16 loses nothing.  Reads until the first one that is not.
+ */
+int
+float_avx512_f16_is_bf16(const void *w, size_t n)
+{
+	const uint16_t	*h = w;
+	const __m512i	 low = _mm512_set1_epi32(0xffff);
+	size_t		 i;
+
+	for (i = 0; i < n; i += 16) {
+		__mmask16	m = n - i >= 16 ? 0xffff :
+				    (__mmask16)((1u << (n - i)) - 1);
+		__m512		v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m,
+				    h + i));
+
+		/* Widened to f32, a bf16 value has its low 16 bits clear. */
+		if (_mm512_test_epi32_mask(_mm512_castps_si512(v), low) != 0)
+			return (0);
+	}
+	return (1);
 }
 
 /* Nanoseconds of 12 chains of n vdpbf16ps (bf16) or vfmadd231ps each. */

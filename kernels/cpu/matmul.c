@@ -55,6 +55,7 @@ struct qmat {
 	struct quant_kernel	 kern;
 	uint8_t			*packed;	/* repacked copy, or NULL */
 	size_t			 packed_bytes;
+	int			 bf16_values;	/* F16 computed as BF16 */
 };
 
 /* One matrix of a product: its activations, outputs and work items. */
@@ -182,6 +183,18 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 	m->row_bytes = tensor_row_bytes(ti, cols);
 	m->isa = quant_isa();
 	m->kern = quant_kernel_get(m->isa, type);
+	/*
+	 * F16 weights that are all bf16 values (a file converted from a bf16
+	 * checkpoint, as most are) lose nothing in bf16: where BF16 weights
+	 * take bf16 dot products, so do they, with the same bits.
+	 */
+	if (type == TT_F16 && m->isa >= QUANT_ISA_AVX512 &&
+	    quant_bf16_dot_allowed() == QUANT_BF16_DOT_BF16 &&
+	    quant_bf16_dot_supported() &&
+	    float_avx512_f16_is_bf16(data, (size_t)rows * (size_t)cols)) {
+		m->kern = quant_kernel_avx512_bf16dot(type);
+		m->bf16_values = 1;
+	}
 	if (m->kern.fn == NULL) {
 		set_cause(cause, "tensor type %s: no kernel", ti->name);
 		free(m);
@@ -242,6 +255,13 @@ int
 qmat_amx(const struct qmat *m)
 {
 	return (m->kern.afn != NULL);
+}
+
+/* Whether F16 weights compute as BF16 ones, being all bf16 values. */
+int
+qmat_bf16_values(const struct qmat *m)
+{
+	return (m->bf16_values);
 }
 
 /* Number of rows (outputs). */

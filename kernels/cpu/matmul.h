@@ -22,6 +22,11 @@ int64_t		 qmat_rows(const struct qmat *);
 size_t		 qmat_packed_bytes(const struct qmat *);
 /* Whether batches of 64 tokens and more use the AMX tiles (amx.h). */
 int		 qmat_amx(const struct qmat *);
+/*
+ * Whether F16 weights take bf16 dot products as BF16 weights do, all being
+ * bf16 values (under bf16-dot auto, where the CPU has them).
+ */
+int		 qmat_bf16_values(const struct qmat *);
 
 /*
  * Y[t][r] = sum over c of W[r][c] * X[t][c] for t < n_tok.  X is n_tok x cols

@@ -186,7 +186,7 @@ int	quant_pack_allowed(void);
  */
 #define QUANT_BF16_DOT_NONE	0
 #define QUANT_BF16_DOT_ALL	1	/* F16 and BF16 weights */
-#define QUANT_BF16_DOT_BF16	2	/* BF16 weights only */
+#define QUANT_BF16_DOT_BF16	2	/* BF16 weights, F16 ones of bf16 values */
 int	quant_allow_bf16_dot(int which);
 int	quant_bf16_dot_allowed(void);
 /* Whether the CPU has the bf16 dot-product instructions. */
@@ -200,12 +200,16 @@ int	quant_bf16_dot_supported(void);
 int	quant_bf16_dot_auto(double *rate);
 /* vdpbf16ps's issue rate over vfmadd231ps's (float_avx512.c). */
 double	float_avx512_bf16_rate(void);
+/* Whether n F16 values are all bf16 values too (float_avx512.c). */
+int	float_avx512_f16_is_bf16(const void *w, size_t n);
 
 /* The kernel of a variant for a type; fn is NULL when it has none. */
 struct quant_kernel	quant_kernel_get(int isa, uint32_t type);
 struct quant_kernel	quant_kernel_scalar(uint32_t type);
 struct quant_kernel	quant_kernel_avx2(uint32_t type);
 struct quant_kernel	quant_kernel_avx512(uint32_t type);
+/* The bf16 dot-product kernel of F16 or BF16 weights, whatever the setting. */
+struct quant_kernel	quant_kernel_avx512_bf16dot(uint32_t type);
 /* Add the repacked F16/BF16 path (float_avx512.c); bf16: bf16 dot products. */
 void	float_avx512_packed(struct quant_kernel *k, uint32_t type, int bf16);
 

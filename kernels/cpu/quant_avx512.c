@@ -1761,6 +1761,20 @@ avx512_q6_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 	}
 }
 
+/* The bf16 dot-product kernel of F16 or BF16 weights (fn NULL for others). */
+struct quant_kernel
+quant_kernel_avx512_bf16dot(uint32_t type)
+{
+	struct quant_kernel	k = { .mr = MR, .nr = FNR, .layout = ACT_BF16,
+	    .fill = avx512_act_fill_bf16 };
+
+	if ((type != TT_F16 && type != TT_BF16) || !quant_bf16_dot_supported())
+		return ((struct quant_kernel){ .fn = NULL });
+	k.fn = type == TT_F16 ? avx512_f16_bf16dot : avx512_bf16_bf16dot;
+	float_avx512_packed(&k, type, 1);
+	return (k);
+}
+
 /* The AVX-512 kernel of a type. */
 struct quant_kernel
 quant_kernel_avx512(uint32_t type)
@@ -1772,14 +1786,8 @@ quant_kernel_avx512(uint32_t type)
 
 	if (((type == TT_F16 && dot == QUANT_BF16_DOT_ALL) ||
 	    (type == TT_BF16 && dot != QUANT_BF16_DOT_NONE)) &&
-	    quant_bf16_dot_supported()) {
-		k.fn = type == TT_F16 ? avx512_f16_bf16dot : avx512_bf16_bf16dot;
-		k.nr = FNR;
-		k.layout = ACT_BF16;
-		k.fill = avx512_act_fill_bf16;
-		float_avx512_packed(&k, type, 1);
-		return (k);
-	}
+	    quant_bf16_dot_supported())
+		return (quant_kernel_avx512_bf16dot(type));
 	switch (type) {
 	case TT_F32:
 		k.fn = avx512_f32;

@@ -19,7 +19,9 @@
 # Q6_K, IQ4_NL, IQ4_XS) is made with --pure, every matrix of that type,
 # into tl-TYPE-pure.gguf (llama-quantize's Q3_K, Q4_K and Q5_K are aliases
 # of the _M mixtures); Q3_K_M, Q4_K_M, Q5_K_M are its mixtures and
-# Q2_K_MIX is its Q2_K, a mixture without an _M name.  None of these needs
+# Q2_K_MIX is its Q2_K, a mixture without an _M name; F16_BF16 is the BF16
+# model converted to F16 by llama-quantize, as an F16 file of a model
+# trained in bf16 holds its weights (every value a bf16 value).  None of these needs
 # an importance matrix (llama-quantize asks for one only for the IQ1, IQ2
 # and Q2_K_S types); where one is asked for anyway the type is skipped with
 # a message, or IMATRIX=FILE passes one to llama-quantize.
@@ -44,7 +46,7 @@ B=${1:-.}
 M=${2:-/tmp/vs-llamacpp}
 SHARED=${PHASED_SHARED:-$(dirname "$0")/../../../shared}
 VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
-TYPES=${TYPES:-F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q2_K_MIX Q3_K_M Q4_K_M Q5_K_M}
+TYPES=${TYPES:-F16 BF16 F16_BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q2_K_MIX Q3_K_M Q4_K_M Q5_K_M}
 ROUNDS=${ROUNDS:-5}
 REPS=${REPS:-1}
 THREADS=${THREADS:-2}
@@ -123,7 +125,15 @@ pure() {
 	esac
 }
 qname() {
-	[ "$1" = Q2_K_MIX ] && echo Q2_K || echo "$1"
+	case $1 in
+	Q2_K_MIX) echo Q2_K ;;
+	F16_BF16) echo F16 ;;
+	*) echo "$1" ;;
+	esac
+}
+# srcfile TYPE: the file llama-quantize makes a type from.
+srcfile() {
+	[ "$1" = F16_BF16 ] && model BF16 || echo "$BASE"
 }
 
 mkdir -p "$M"
@@ -135,7 +145,12 @@ BASE=$M/tl-f16.gguf
 [ -f "$BASE" ] || "$B/phased-synth" --shape tinyllama-1.1b --type F16 \
     --vocab "$VOCAB" --threads "$QTHREADS" -o "$BASE" >&2
 KEPT=
-for t in $TYPES; do
+# F16_BF16 is made from BF16, made first where it is asked for too.
+MAKE=$TYPES
+case " $TYPES " in
+*" F16_BF16 "*) MAKE="BF16 $(echo " $TYPES " | sed 's/ BF16 / /; s/ F16_BF16 / /') F16_BF16" ;;
+esac
+for t in $MAKE; do
 	f=$(model "$t")
 	if [ "$t" = F16 ] || [ -f "$f" ]; then
 		KEPT="$KEPT $t"
@@ -143,7 +158,7 @@ for t in $TYPES; do
 	fi
 	PURE=
 	pure "$t" && PURE=--pure
-	if "$LQ" ${PURE} ${IMATRIX:+--imatrix "$IMATRIX"} "$BASE" "$f.tmp" "$(qname "$t")" \
+	if "$LQ" ${PURE} ${IMATRIX:+--imatrix "$IMATRIX"} "$(srcfile "$t")" "$f.tmp" "$(qname "$t")" \
 	    "$QTHREADS" >"$OUT/quantize-$t.log" 2>&1; then
 		mv "$f.tmp" "$f"
 		KEPT="$KEPT $t"
@@ -158,7 +173,12 @@ for t in $TYPES; do
 		exit 1
 	fi
 done
-TYPES=${KEPT# }
+# Measured in the order asked, BF16 only if asked.
+KT=
+for t in $TYPES; do
+	case " $KEPT " in *" $t "*) KT="$KT $t" ;; esac
+done
+TYPES=${KT# }
 [ -n "$TYPES" ] || { echo "vs-llamacpp: no type left to measure" >&2; exit 1; }
 
 # run LOG CMD...: run a command, its stdout to LOG, its peak RSS (KiB) to LOG.rss.

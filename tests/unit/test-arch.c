@@ -305,17 +305,20 @@ check_invariance(const char *name, int kv_f32, int block,
  * Write a copy of models/arch/NAME.gguf whose matrices (every tensor of
  * two or more dimensions, F32 there) are stored as type (BF16 rounds to
  * nearest even, as llama.cpp's quantizer makes a BF16 model); 0 on
- * success.
+ * success.  With bf16, the values are first rounded to bf16 and then to
+ * F16 (as a bf16 checkpoint converted to F16 holds them): values both
+ * types hold exactly.
  */
 static int
-write_as(const char *name, uint32_t type, const char *out)
+write_as(const char *name, uint32_t type, int bf16, const char *out)
 {
 	const struct tensor_type_info *ti = tensor_type_get(type);
 	struct gguf_writer	*w;
 	struct gguf_file	*src;
 	uint8_t			**conv;
 	char			 path[1200], *cause = NULL;
-	uint64_t		 i, j, rb;
+	float			*row = NULL;
+	uint64_t		 i, j, k, rb;
 	int			 rc;
 
 	snprintf(path, sizeof path, "%s/models/arch/%s.gguf", shared, name);
@@ -338,9 +341,16 @@ write_as(const char *name, uint32_t type, const char *out)
 			continue;
 		}
 		conv[i] = xmalloc(t->n_elems / t->ne[0] * rb);
-		for (j = 0; j < t->n_elems / t->ne[0]; j++)
-			quantize_row(type, (const float *)t->data + j * t->ne[0],
-			    conv[i] + j * rb, (int64_t)t->ne[0]);
+		row = xreallocarray(row, t->ne[0], sizeof *row);
+		for (j = 0; j < t->n_elems / t->ne[0]; j++) {
+			memcpy(row, (const float *)t->data + j * t->ne[0],
+			    t->ne[0] * sizeof *row);
+			for (k = 0; bf16 && k < t->ne[0]; k++)
+				row[k] = fp16_to_f32(f32_to_fp16(
+				    bf16_to_f32(f32_to_bf16(row[k]))));
+			quantize_row(type, row, conv[i] + j * rb,
+			    (int64_t)t->ne[0]);
+		}
 		gguf_writer_add_tensor_data(w, t->name, t->n_dims, t->ne, type,
 		    conv[i]);
 	}
@@ -353,6 +363,7 @@ write_as(const char *name, uint32_t type, const char *out)
 	for (i = 0; i < src->n_tensors; i++)
 		free(conv[i]);
 	free(conv);
+	free(row);
 	gguf_close(src);
 	return (rc);
 }
@@ -385,7 +396,7 @@ check_bf16(const char *name, struct threadpool *tp)
 		return;
 	snprintf(out, sizeof out, "%s/test-arch-bf16-%d.gguf",
 	    getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-	if (!ok(write_as(name, TT_BF16, out) == 0, "%s as BF16: written", name)) {
+	if (!ok(write_as(name, TT_BF16, 0, out) == 0, "%s as BF16: written", name)) {
 		free(doc);
 		return;
 	}
@@ -461,7 +472,7 @@ check_bf16_attention(const char *name, struct threadpool *tp)
 	}
 	snprintf(out, sizeof out, "%s/test-arch-q8-%d.gguf",
 	    getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-	if (!ok(write_as(name, TT_Q8_0, out) == 0, "%s as Q8_0: written", name))
+	if (!ok(write_as(name, TT_Q8_0, 0, out) == 0, "%s as Q8_0: written", name))
 		return;
 	mf = load(name, 0, 0);
 	mx = model_load(out, &o, NULL, NULL, &cause);
@@ -503,6 +514,82 @@ check_bf16_attention(const char *name, struct threadpool *tp)
 	model_free(mf);
 	model_free(mx);
 	model_free(mb);
+}
+
+/*
+ * An F16 model whose values are all bf16 values (a bf16 checkpoint
+ * converted to F16) computes under bf16-dot auto as the BF16 model of the
+ * same values does, to the bit; under bf16-dot no, exactly; an F16 model
+ * of values of 11 bits stays exact under auto.
+ */
+static void
+check_f16_bf16_values(const char *name, struct threadpool *tp)
+{
+	struct model_opts	 o = { .n_threads = 2 };
+	struct model		*mh = NULL, *mb = NULL, *mx = NULL, *mf = NULL;
+	char			 outh[1200], outb[1200], outf[1200];
+	char			*cause = NULL;
+	const char		*tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	float			*lh, *lb, *lx;
+	int			 nv;
+
+	if (!quant_bf16_dot_supported()) {
+		diag("%s as F16 of bf16 values: no bf16 dot products on this "
+		    "CPU, skipped", name);
+		return;
+	}
+	snprintf(outh, sizeof outh, "%s/test-arch-f16b-%d.gguf", tmp,
+	    (int)getpid());
+	snprintf(outb, sizeof outb, "%s/test-arch-bf16b-%d.gguf", tmp,
+	    (int)getpid());
+	snprintf(outf, sizeof outf, "%s/test-arch-f16-%d.gguf", tmp,
+	    (int)getpid());
+	if (!ok(write_as(name, TT_F16, 1, outh) == 0 &&
+	    write_as(name, TT_BF16, 1, outb) == 0 &&
+	    write_as(name, TT_F16, 0, outf) == 0,
+	    "%s as F16 of bf16 values, BF16 of them, plain F16: written", name))
+		goto out;
+	quant_allow_bf16_dot(QUANT_BF16_DOT_BF16);
+	if ((mh = model_load(outh, &o, NULL, NULL, &cause)) != NULL &&
+	    (mb = model_load(outb, &o, NULL, NULL, &cause)) != NULL)
+		mf = model_load(outf, &o, NULL, NULL, &cause);
+	quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+	if (mf != NULL)
+		mx = model_load(outh, &o, NULL, NULL, &cause);
+	if (!ok(mx != NULL, "%s as F16 of bf16 values: loads", name)) {
+		diag("%s", cause);
+		free(cause);
+		goto out;
+	}
+	ok(mh->n_f16 > 0 && mh->n_f16_bf16 == mh->n_f16 &&
+	    mx->n_f16_bf16 == 0 && mf->n_f16_bf16 == 0, "%s: F16 matrices of "
+	    "bf16 values %u of %u under auto, %u under no; plain F16 %u of %u",
+	    name, mh->n_f16_bf16, mh->n_f16, mx->n_f16_bf16, mf->n_f16_bf16,
+	    mf->n_f16);
+	nv = model_info(mh)->n_vocab;
+	lh = malloc(nv * sizeof *lh);
+	lb = malloc(nv * sizeof *lb);
+	lx = malloc(nv * sizeof *lx);
+	if (ok(logits_of(mh, tp, lh) == 0 && logits_of(mb, tp, lb) == 0 &&
+	    logits_of(mx, tp, lx) == 0, "%s: F16 of bf16 values forwarded",
+	    name)) {
+		ok(memcmp(lh, lb, nv * sizeof *lh) == 0, "%s as F16 of bf16 "
+		    "values: the BF16 model's logits, to the bit", name);
+		ok(memcmp(lh, lx, nv * sizeof *lh) != 0, "%s as F16 of bf16 "
+		    "values: exact under bf16-dot no (%.3g of the largest "
+		    "logit away)", name, maxdiff(lh, lx, nv) / maxabs(lx, nv));
+	}
+	free(lh);
+	free(lb);
+	free(lx);
+out:
+	model_free(mh);
+	model_free(mb);
+	model_free(mx);
+	model_free(mf);
+	unlink(outh);
+	unlink(outb);
+	unlink(outf);
 }
 
 /*
@@ -676,6 +763,7 @@ main(void)
 	}
 	check_bf16("llama3", tp);
 	check_bf16_attention("llama3", tp);
+	check_f16_bf16_values("llama3", tp);
 	for (k = 0; k < sizeof models / sizeof models[0]; k++) {
 		check_invariance(models[k], 1, 0, tp);
 		check_invariance(models[k], 0, 0, tp);

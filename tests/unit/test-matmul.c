@@ -252,22 +252,27 @@ out:
 	free(y);
 }
 
-/* Outputs of rows x 96 weights of type times 8 tokens under a bf16 setting. */
+/*
+ * Outputs of rows x cols weights of type times 8 tokens under a bf16
+ * setting; *bv (may be NULL) gets qmat_bf16_values().
+ */
 static float *
 mul_under(struct threadpool *pool, uint32_t type, const uint8_t *w,
-    int64_t rows, const float *x, int which)
+    int64_t rows, int64_t cols, const float *x, int which, int *bv)
 {
 	float		*y = calloc(8 * rows, sizeof *y);
 	struct qmat	*m;
 	char		*cause = NULL;
 
 	quant_allow_bf16_dot(which);
-	if ((m = qmat_create(type, rows, 96, w, &cause)) == NULL) {
+	if ((m = qmat_create(type, rows, cols, w, &cause)) == NULL) {
 		diag("%s", cause);
 		free(cause);
 		free(y);
 		return (NULL);
 	}
+	if (bv != NULL)
+		*bv = qmat_bf16_values(m);
 	qmat_mul(pool, m, x, 8, y, rows);
 	qmat_free(m);
 	quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
@@ -297,9 +302,12 @@ test_bf16_only(struct threadpool *pool)
 		w = malloc(rows * rb);
 		for (k = 0; k < (size_t)rows; k++)
 			ktu_fill_row(types[i], w + k * rb, 96);
-		none = mul_under(pool, types[i], w, rows, x, QUANT_BF16_DOT_NONE);
-		all = mul_under(pool, types[i], w, rows, x, QUANT_BF16_DOT_ALL);
-		only = mul_under(pool, types[i], w, rows, x, QUANT_BF16_DOT_BF16);
+		none = mul_under(pool, types[i], w, rows, 96, x, QUANT_BF16_DOT_NONE,
+		    NULL);
+		all = mul_under(pool, types[i], w, rows, 96, x, QUANT_BF16_DOT_ALL,
+		    NULL);
+		only = mul_under(pool, types[i], w, rows, 96, x, QUANT_BF16_DOT_BF16,
+		    NULL);
 		if (ok(none != NULL && all != NULL && only != NULL,
 		    "bf16 only: %s made under each setting", name)) {
 			ok(memcmp(none, all, 8 * rows * sizeof *x) != 0,
@@ -314,6 +322,64 @@ test_bf16_only(struct threadpool *pool)
 		free(only);
 		free(w);
 	}
+}
+
+/*
+ * F16 weights that are all bf16 values take, under QUANT_BF16_DOT_BF16,
+ * the bits of the same values stored as BF16; one value that is not (the
+ * last, in the scan's masked tail) keeps the whole matrix exact.
+ */
+static void
+test_bf16_values(struct threadpool *pool)
+{
+	const int64_t	 rows = 33, cols = 75;
+	float		 x[8 * 75], *fb, *bb, *ex, *fx, *fn;
+	uint16_t	*f16, *b16;
+	size_t		 k, n = rows * cols;
+	int		 bv_f = -1, bv_b = -1, bv_x = -1;
+
+	for (k = 0; k < 8 * (size_t)cols; k++)
+		x[k] = ktu_uniform();
+	f16 = malloc(n * sizeof *f16);
+	b16 = malloc(n * sizeof *b16);
+	for (k = 0; k < n; k++) {
+		b16[k] = f32_to_bf16(ktu_uniform());
+		f16[k] = f32_to_fp16(bf16_to_f32(b16[k]));
+		if (fp16_to_f32(f16[k]) != bf16_to_f32(b16[k]))
+			b16[k] = f32_to_bf16(fp16_to_f32(f16[k] = 0x3c00));
+	}
+	fb = mul_under(pool, TT_F16, (uint8_t *)f16, rows, cols, x,
+	    QUANT_BF16_DOT_BF16, &bv_f);
+	bb = mul_under(pool, TT_BF16, (uint8_t *)b16, rows, cols, x,
+	    QUANT_BF16_DOT_BF16, &bv_b);
+	ex = mul_under(pool, TT_F16, (uint8_t *)f16, rows, cols, x,
+	    QUANT_BF16_DOT_NONE, NULL);
+	/* 1 + 2^-10 is no bf16 value. */
+	f16[n - 1] = 0x3c01;
+	fx = mul_under(pool, TT_F16, (uint8_t *)f16, rows, cols, x,
+	    QUANT_BF16_DOT_BF16, &bv_x);
+	fn = mul_under(pool, TT_F16, (uint8_t *)f16, rows, cols, x,
+	    QUANT_BF16_DOT_NONE, NULL);
+	if (ok(fb != NULL && bb != NULL && ex != NULL && fx != NULL &&
+	    fn != NULL, "bf16 values: F16 and BF16 %lldx%lld made",
+	    (long long)rows, (long long)cols)) {
+		ok(bv_f == 1 && bv_b == 0, "bf16 values: F16 of bf16 values "
+		    "found so (%d), BF16 not counted (%d)", bv_f, bv_b);
+		ok(memcmp(fb, bb, 8 * rows * sizeof *fb) == 0,
+		    "bf16 values: F16 gives the bits of BF16");
+		ok(memcmp(fb, ex, 8 * rows * sizeof *fb) != 0,
+		    "bf16 values: and not the exact bits");
+		ok(bv_x == 0 && memcmp(fx, fn, 8 * rows * sizeof *fx) == 0,
+		    "bf16 values: one F16 value of 11 bits keeps it exact (%d)",
+		    bv_x);
+	}
+	free(fb);
+	free(bb);
+	free(ex);
+	free(fx);
+	free(fn);
+	free(f16);
+	free(b16);
 }
 
 /*
@@ -575,6 +641,7 @@ main(void)
 		bf16_mode = 0;
 		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
 		test_bf16_only(pool);
+		test_bf16_values(pool);
 	} else
 		diag("bf16 dot products: not supported by this CPU, skipped");
 	quant_force_isa(QUANT_ISA_AUTO);
