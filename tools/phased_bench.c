@@ -31,7 +31,7 @@
 #define PB_MAX_TOKENS	65536
 
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
-    "[-p N[,N...]] [-n N] [-b B[,B...]] [-r REPS] [-t THREADS]\n"
+    "[-p N[,N...]] [-n N] [-b B[,B...]] [-d DEPTH] [-r REPS] [-t THREADS]\n"
     "\t[--bw GBPS] [--bf16 | --exact] [--no-repack] [--no-amx] [--json] [--backend NAME]\n"
     "\t[--devices N[,N...]] [--collectives] [--graphs | --no-graphs]";
 
@@ -49,6 +49,7 @@ struct pb_opts {
 	int		 pp[PB_MAX_LIST];
 	int		 n_pp;
 	int		 n_gen;
+	int		 depth;		/* tokens in the KV before each test */
 	int		 batch[PB_MAX_LIST];
 	int		 n_batch;
 	int		 reps;
@@ -70,6 +71,7 @@ struct pb_result {
 	const char	*test;		/* "pp" or "tg" */
 	int		 n_tokens;	/* prompt length or tokens generated */
 	int		 batch;		/* sequences */
+	int		 depth;		/* tokens before the test */
 	double		 samples[64];
 	int		 n;
 	double		 median, min, max, mean, stddev;
@@ -192,13 +194,14 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 		else if (strcmp(a, "--devices") == 0)
 			o->n_devices = pb_list(a, argv[++i], 0, 255, o->devices);
 		else if (strcmp(a, "-n") == 0 || strcmp(a, "-r") == 0 ||
-		    strcmp(a, "-t") == 0) {
-			if (parse_int(argv[++i], a[1] == 'n' ? 0 : a[1] == 'r' ?
-			    1 : 0, a[1] == 'r' ? 64 : PB_MAX_TOKENS, &n, a,
-			    &cause) != 0)
+		    strcmp(a, "-t") == 0 || strcmp(a, "-d") == 0) {
+			if (parse_int(argv[++i], a[1] == 'r' ? 1 : 0,
+			    a[1] == 'r' ? 64 : PB_MAX_TOKENS, &n, a, &cause) != 0)
 				pb_die("%s", cause);
 			if (a[1] == 'n')
 				o->n_gen = (int)n;
+			else if (a[1] == 'd')
+				o->depth = (int)n;
 			else if (a[1] == 'r')
 				o->reps = (int)n;
 			else
@@ -304,9 +307,12 @@ pb_summarize(struct pb_result *r)
 	r->stddev = r->n > 1 ? sqrt(var / (r->n - 1)) : 0;
 }
 
-/* Prompt processing: n tokens in one forward pass on a fresh sequence. */
+/*
+ * Prompt processing: n tokens in one forward pass on a sequence that holds
+ * depth tokens already (put there untimed).
+ */
 static double
-pb_pp_once(struct pb *p, int n)
+pb_pp_once(struct pb *p, int depth, int n)
 {
 	struct kv_seq		 seq;
 	struct fwd_entry	 e;
@@ -314,7 +320,11 @@ pb_pp_once(struct pb *p, int n)
 	uint64_t		 t0, t1;
 
 	memset(&seq, 0, sizeof seq);
-	e = (struct fwd_entry){ &seq, p->tokens, n, p->logits };
+	if (depth > 0) {
+		e = (struct fwd_entry){ &seq, p->tokens, depth, p->logits };
+		pb_forward(p, &b);
+	}
+	e = (struct fwd_entry){ &seq, p->tokens + depth, n, p->logits };
 	t0 = now_ns();
 	pb_forward(p, &b);
 	t1 = now_ns();
@@ -334,9 +344,12 @@ pb_argmax(const float *v, uint32_t n)
 	return ((int32_t)best);
 }
 
-/* Generation: nb sequences decode n tokens each, one per forward pass. */
+/*
+ * Generation: nb sequences decode n tokens each, one per forward pass,
+ * after a prompt of pre tokens each.
+ */
 static double
-pb_tg_once(struct pb *p, int nb, int n)
+pb_tg_once(struct pb *p, int nb, int pre, int n)
 {
 	struct kv_seq		*seqs;
 	struct fwd_entry	*e;
@@ -350,11 +363,11 @@ pb_tg_once(struct pb *p, int nb, int n)
 	e = xcalloc(nb, sizeof *e);
 	next = xcalloc(nb, sizeof *next);
 	for (s = 0; s < nb; s++)
-		e[s] = (struct fwd_entry){ &seqs[s], p->tokens + s,
-		    PB_GEN_PREFILL, p->logits + (size_t)s * nv };
+		e[s] = (struct fwd_entry){ &seqs[s], p->tokens + s, pre,
+		    p->logits + (size_t)s * nv };
 	b.entries = e;
 	b.n_seqs = nb;
-	pb_forward(p, &b);	/* the short prefill, not timed */
+	pb_forward(p, &b);	/* the prompt, not timed */
 	t0 = now_ns();
 	for (i = 0; i < n; i++) {
 		/* Greedy, so each step depends on the last as in serving. */
@@ -384,11 +397,11 @@ pb_print(const struct pb_opts *o, const struct pb_result *r, int first)
 
 	if (o->json) {
 		printf("%s{\"test\":\"%s\",\"n_tokens\":%d,\"batch\":%d,"
-		    "\"reps\":%d,\"tps_median\":%.3f,\"tps_min\":%.3f,"
-		    "\"tps_max\":%.3f,\"tps_mean\":%.3f,\"tps_stddev\":%.3f,"
-		    "\"samples\":[", first ? "" : ",", r->test, r->n_tokens,
-		    r->batch, r->n, r->median, r->min, r->max, r->mean,
-		    r->stddev);
+		    "\"depth\":%d,\"reps\":%d,\"tps_median\":%.3f,"
+		    "\"tps_min\":%.3f,\"tps_max\":%.3f,\"tps_mean\":%.3f,"
+		    "\"tps_stddev\":%.3f,\"samples\":[", first ? "" : ",",
+		    r->test, r->n_tokens, r->batch, r->depth, r->n, r->median,
+		    r->min, r->max, r->mean, r->stddev);
 		for (i = 0; i < r->n; i++)
 			printf("%s%.3f", i ? "," : "", r->samples[i]);
 		printf("]}");
@@ -399,6 +412,9 @@ pb_print(const struct pb_opts *o, const struct pb_result *r, int first)
 	else
 		snprintf(name, sizeof name, "tg%d batch %d", r->n_tokens,
 		    r->batch);
+	if (r->depth > 0)
+		snprintf(name + strlen(name), sizeof name - strlen(name),
+		    " @ d%d", r->depth);
 	printf("%-18s %10.2f %10.2f %10.2f %9.2f %5d\n", name, r->median,
 	    r->min, r->max, r->stddev, r->n);
 	fflush(stdout);
@@ -418,7 +434,7 @@ main(int argc, char **argv)
 	uint64_t		 rss_gen, hwm_end, rss_warm, t_load;
 	int64_t			 overhead;
 	uint32_t		 blocks;
-	int			 i, k, pmax = 1, bmax = 1, ctx, first = 1;
+	int			 i, k, pmax = 1, bmax = 1, ctx, pre, first = 1;
 	int			 attn_bf16;
 	double			 roof;
 
@@ -431,9 +447,11 @@ main(int argc, char **argv)
 	for (i = 0; i < o.n_batch; i++)
 		if (o.batch[i] > bmax)
 			bmax = o.batch[i];
-	ctx = PB_GEN_PREFILL + o.n_gen;
-	if (pmax > ctx)
-		ctx = pmax;
+	/* A generation test's prompt: the depth, or a short one. */
+	pre = o.depth > PB_GEN_PREFILL ? o.depth : PB_GEN_PREFILL;
+	ctx = pre + o.n_gen;
+	if (o.depth + pmax > ctx)
+		ctx = o.depth + pmax;
 	memset(&mo, 0, sizeof mo);
 	mo.n_threads = o.threads;
 	mo.ctx = ctx;
@@ -469,9 +487,8 @@ main(int argc, char **argv)
 	hwm_load = pb_status_kb("VmHWM");
 
 	/* One pool big enough for the largest test, made once. */
-	p.n_blocks = kv_layout_blocks_for(&mi->kv, pmax);
-	blocks = (uint32_t)bmax * kv_layout_blocks_for(&mi->kv,
-	    PB_GEN_PREFILL + o.n_gen);
+	p.n_blocks = kv_layout_blocks_for(&mi->kv, o.depth + pmax);
+	blocks = (uint32_t)bmax * kv_layout_blocks_for(&mi->kv, pre + o.n_gen);
 	if (o.n_gen > 0 && blocks > p.n_blocks)
 		p.n_blocks = blocks;
 	if ((p.pool = p.be->kv_pool_create(p.bi, p.n_blocks, &cause)) == NULL)
@@ -481,7 +498,7 @@ main(int argc, char **argv)
 	wbytes = pb_weight_bytes(p.m);
 	roof = o.bw_gbps * 1e9 / (double)wbytes;
 
-	k = pmax > PB_GEN_PREFILL + bmax ? pmax : PB_GEN_PREFILL + bmax;
+	k = o.depth + pmax > pre + bmax ? o.depth + pmax : pre + bmax;
 	p.tokens = xcalloc(k, sizeof *p.tokens);
 	for (i = 0; i < k; i++)	/* spread over the vocabulary, skipping specials */
 		p.tokens[i] = (int32_t)(3 + (uint64_t)i * 7919 %
@@ -523,7 +540,7 @@ main(int argc, char **argv)
 	}
 
 	/* Warm up: fault the weights in and start the threads. */
-	pb_pp_once(&p, pmax < 16 ? pmax : 16);
+	pb_pp_once(&p, 0, pmax < 16 ? pmax : 16);
 	rss_warm = pb_status_kb("VmRSS");
 
 	for (i = 0; i < o.n_pp; i++) {
@@ -533,8 +550,9 @@ main(int argc, char **argv)
 		r.test = "pp";
 		r.n_tokens = o.pp[i];
 		r.batch = 1;
+		r.depth = o.depth;
 		for (k = 0; k < o.reps; k++)
-			r.samples[r.n++] = pb_pp_once(&p, o.pp[i]);
+			r.samples[r.n++] = pb_pp_once(&p, o.depth, o.pp[i]);
 		pb_summarize(&r);
 		pb_print(&o, &r, first);
 		first = 0;
@@ -544,8 +562,10 @@ main(int argc, char **argv)
 		r.test = "tg";
 		r.n_tokens = o.n_gen;
 		r.batch = o.batch[i];
+		r.depth = o.depth;
 		for (k = 0; k < o.reps; k++)
-			r.samples[r.n++] = pb_tg_once(&p, o.batch[i], o.n_gen);
+			r.samples[r.n++] = pb_tg_once(&p, o.batch[i], pre,
+			    o.n_gen);
 		pb_summarize(&r);
 		pb_print(&o, &r, first);
 		first = 0;

@@ -207,6 +207,35 @@ if os.path.exists(PHASED_BENCH):
     ok(j.get("memory", {}).get("kv_bytes", 0) > 0 and
        j.get("roofline", {}).get("weight_bytes_per_step", 0) > 0,
        "KV bytes and roofline reported")
+    # -d: the tests start with that many tokens in the KV cache.
+    p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "16", "-n", "4", "-b", "1,2",
+                        "-d", "40", "-r", "2", "-t", "1", "--json"],
+                       capture_output=True, timeout=300)
+    q = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "16", "-n", "4", "-b", "1,2",
+                        "-r", "1", "-t", "1", "--json"], capture_output=True, timeout=300)
+    try:
+        jd = json.loads(p.stdout.decode())
+        j0 = json.loads(q.stdout.decode())
+    except ValueError:
+        jd, j0 = {}, {}
+    res = jd.get("results", [])
+    ok(p.returncode == 0 and len(res) == 3 and
+       all(r["depth"] == 40 and r["tps_median"] > 0 for r in res),
+       "phased-bench -d 40: three results at depth 40",
+       p.stdout.decode() + p.stderr.decode())
+    # Two sequences of 40 + 4 tokens need more KV blocks than of 16 + 4.
+    kd = jd.get("memory", {}).get("kv_blocks", 0)
+    k0 = j0.get("memory", {}).get("kv_blocks", 0)
+    ok(k0 > 0 and kd > k0, "phased-bench -d 40: a larger KV pool (%d blocks "
+       "against %d)" % (kd, k0))
+    p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "16", "-n", "4", "-b", "2",
+                        "-d", "40", "-r", "1", "-t", "1"], capture_output=True, timeout=300)
+    out = p.stdout.decode()
+    ok(p.returncode == 0 and "pp16 @ d40" in out and "tg4 batch 2 @ d40" in out,
+       "phased-bench -d 40: tests named with their depth", out + p.stderr.decode())
+    p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-d", "-5"], capture_output=True)
+    ok(p.returncode == 1 and b"-d" in p.stderr, "phased-bench -d -5: refused",
+       p.stderr.decode())
     p = subprocess.run([PHASED_BENCH, "-m", "/nonexistent.gguf"], capture_output=True)
     ok(p.returncode == 1 and b"nonexistent" in p.stderr, "phased-bench: missing model",
        p.stderr.decode())
