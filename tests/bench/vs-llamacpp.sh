@@ -35,7 +35,9 @@
 # each test per tool invocation; ROUNDS=1 REPS=5 pays each tool's warm-up
 # and load once per type instead of five times), THREADS (2),
 # PP (512,2048: comma-separated prompt lengths), NG (128; 0 leaves
-# generation out), IMATRIX, KEEP=1
+# generation out), DEPTH (0: tokens already in the KV cache when each
+# test starts, both tools' -d, so generation is measured with that much
+# context), IMATRIX, KEEP=1
 # keeps the raw per-run logs (the models in MODELDIR are always kept),
 # CPUS (a taskset(1) list such as 4,5: both tools run on those CPUs only,
 # so several instances with other TYPES can share a many-core machine;
@@ -52,6 +54,9 @@ REPS=${REPS:-1}
 THREADS=${THREADS:-2}
 PP=${PP:-512,2048}
 NG=${NG:-128}
+DEPTH=${DEPTH:-0}
+DARG=
+[ "$DEPTH" -gt 0 ] && DARG="-d $DEPTH"
 LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama.cpp-build}
 QTHREADS=${QTHREADS:-$THREADS}
 PIN=
@@ -212,16 +217,16 @@ noamx() {
 # llama LOG FILE: one llama-bench run on FILE.
 llama() {
 	rc=0
-	LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" -r "$REPS" -o json ||
+	LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" $DARG -r "$REPS" -o json ||
 	    rc=$?
 	if [ "$rc" -eq 132 ] && [ -z "$PRE" ]; then
 		noamx
-		LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" -r "$REPS" \
+		LD_PRELOAD=$PRE run "$1" "$LB" -m "$2" -t "$THREADS" -p "$PP" -n "$NG" $DARG -r "$REPS" \
 		    -o json || true
 	fi
 }
-echo "commands: $LB -m F -t $THREADS -p $PP -n $NG -r $REPS -o json;" \
-    "$B/phased-bench -m F -p $PP -n $NG -b 1 -r $REPS -t $THREADS --json; $ROUNDS rounds"
+echo "commands: $LB -m F -t $THREADS -p $PP -n $NG $DARG -r $REPS -o json;" \
+    "$B/phased-bench -m F -p $PP -n $NG -b 1 $DARG -r $REPS -t $THREADS --json; $ROUNDS rounds"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
 	for t in $TYPES; do
@@ -230,9 +235,9 @@ while [ "$r" -le "$ROUNDS" ]; do
 		p="$OUT/phased-$t-$r.json"
 		if [ $((r % 2)) -eq 1 ]; then
 			llama "$l" "$f"
-			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r "$REPS" -t "$THREADS" --json || true
+			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 $DARG -r "$REPS" -t "$THREADS" --json || true
 		else
-			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 -r "$REPS" -t "$THREADS" --json || true
+			run "$p" "$B/phased-bench" -m "$f" -p "$PP" -n "$NG" -b 1 $DARG -r "$REPS" -t "$THREADS" --json || true
 			llama "$l" "$f"
 		fi
 	done
@@ -241,7 +246,7 @@ while [ "$r" -le "$ROUNDS" ]; do
 done
 echo "end: $(date -u '+%H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$OUT" "$ROUNDS" "$PP" "$NG" $TYPES <<'EOF'
+DEPTH=$DEPTH python3 - "$OUT" "$ROUNDS" "$PP" "$NG" $TYPES <<'EOF'
 import json, os, statistics, sys
 
 out, rounds, ng = sys.argv[1], int(sys.argv[2]), int(sys.argv[4])
@@ -287,7 +292,9 @@ def ratio(a, b):
 
 
 # Tests as (key, label): each prompt length, then generation.
-tests = [("pp%d" % p, "pp%d" % p) for p in pps] + ([("tg", "tg%d" % ng)] if ng > 0 else [])
+at = " @ d%d" % int(os.environ["DEPTH"]) if int(os.environ["DEPTH"]) > 0 else ""
+tests = [("pp%d" % p, "pp%d%s" % (p, at)) for p in pps] + \
+    ([("tg", "tg%d%s" % (ng, at))] if ng > 0 else [])
 head = "| type |"
 rule = "|---|"
 for _, label in tests:
