@@ -562,7 +562,7 @@ main(int argc, char **argv)
 		r.test = "tg";
 		r.n_tokens = o.n_gen;
 		r.batch = o.batch[i];
-		r.depth = o.depth;
+		r.depth = o.depth > 0 ? pre : 0;
 		for (k = 0; k < o.reps; k++)
 			r.samples[r.n++] = pb_tg_once(&p, o.batch[i], pre,
 			    o.n_gen);
