@@ -59,7 +59,7 @@ load_config(struct daemon *d, struct phased_config *conf, char **cause)
 static void
 apply_math(const struct phased_config *conf)
 {
-	static int	auto_which = -1;
+	static int	auto_which = -1, auto_i16 = -1;
 	double		rate;
 
 	switch (conf->bf16_dot) {
@@ -68,19 +68,30 @@ apply_math(const struct phased_config *conf)
 			log_warnx("bf16-dot: this CPU has no bf16 dot products; "
 			    "computing exactly");
 			quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+			quant_allow_f16_i16(0);
 			return;
 		}
 		quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
+		quant_allow_f16_i16(0);
 		return;
 	case BF16_DOT_AUTO:
 		/* Measured once: a reload keeps the first answer. */
+		if (auto_i16 == -1) {
+			auto_i16 = quant_f16_i16_auto(&rate);
+			if (quant_isa() >= QUANT_ISA_AVX512)
+				log_info("bf16-dot auto: vpdpwssd at %.2f of the "
+				    "multiply-add rate; %s", rate, auto_i16 ?
+				    "F16 weights take 16-bit integer dot products" :
+				    "F16 weights exact");
+		}
+		quant_allow_f16_i16(auto_i16);
 		if (auto_which == -1) {
 			auto_which = quant_bf16_dot_auto(&rate);
 			if (quant_bf16_dot_supported())
 				log_info("bf16-dot auto: vdpbf16ps at %.2f of the "
 				    "multiply-add rate; %s", rate,
 				    auto_which == QUANT_BF16_DOT_NONE ?
-				    "everything exact" : "BF16 weights, F16 ones of "
+				    "BF16 weights exact" : "BF16 weights, F16 ones of "
 				    "bf16 values, and the attention of quantized "
 				    "models take bf16 dot products");
 		}
@@ -88,6 +99,7 @@ apply_math(const struct phased_config *conf)
 		return;
 	default:
 		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+		quant_allow_f16_i16(0);
 	}
 }
 

@@ -54,7 +54,10 @@ get_tensor(struct model *m, const char *name, uint32_t n_dims,
 	return (t);
 }
 
-/* Count the F16 matrices, and those computing as BF16 (bf16 values). */
+/*
+ * Count the F16 matrices, those computing as BF16 (bf16 values) and those
+ * on 16-bit integer products.
+ */
 static void
 count_matrix(struct model *m, const struct qmat *q, uint32_t type)
 {
@@ -63,6 +66,8 @@ count_matrix(struct model *m, const struct qmat *q, uint32_t type)
 	m->n_f16++;
 	if (qmat_bf16_values(q))
 		m->n_f16_bf16++;
+	if (qmat_f16_i16(q))
+		m->n_f16_i16++;
 }
 
 /* Load a weight matrix stored as ne = [cols, rows]. */

@@ -194,6 +194,7 @@ struct model {
 	int			 attn_bf16;	/* attn_run_bf16 on the CPU */
 	uint32_t		 n_f16;		/* F16 weight matrices */
 	uint32_t		 n_f16_bf16;	/* of them, holding bf16 values */
+	uint32_t		 n_f16_i16;	/* of them, on 16-bit integers */
 	uint8_t			*tensor_used;	/* while loading: per tensor */
 };
 

@@ -42,6 +42,15 @@ static const char *const pb_math[] = {
 	"BF16, and F16 of bf16 values, through bf16 dot products (activations "
 	    "rounded to bf16), other F16 exact",
 };
+/* The same under the default where F16 takes 16-bit integer products. */
+static const char *const pb_math_i16[] = {
+	"BF16 exact, F16 through 16-bit integer dot products (weights and "
+	    "activations to 13 bits of their block's largest)",
+	"",
+	"BF16, and F16 of bf16 values, through bf16 dot products (activations "
+	    "rounded to bf16), other F16 through 16-bit integer dot products "
+	    "(weights and activations to 13 bits of their block's largest)",
+};
 static const char *const pb_dot_name[] = { "none", "all", "bf16" };
 
 struct pb_opts {
@@ -435,7 +444,7 @@ main(int argc, char **argv)
 	int64_t			 overhead;
 	uint32_t		 blocks;
 	int			 i, k, pmax = 1, bmax = 1, ctx, pre, first = 1;
-	int			 attn_bf16;
+	int			 attn_bf16, i16 = 0;
 	double			 roof;
 
 	pb_parse(argc, argv, &o);
@@ -461,9 +470,12 @@ main(int argc, char **argv)
 		    o.backend : "cpu");
 	if (o.bf16 == QUANT_BF16_DOT_ALL && !quant_bf16_dot_supported())
 		pb_die("--bf16: this CPU has no bf16 dot products");
-	if (o.bf16 == -1)
+	if (o.bf16 == -1) {
 		o.bf16 = quant_bf16_dot_auto(NULL);
+		i16 = quant_f16_i16_auto(NULL);
+	}
 	quant_allow_bf16_dot(o.bf16);
+	quant_allow_f16_i16(i16);
 	if (o.no_repack)
 		quant_allow_pack(0);
 	if (o.no_amx)
@@ -515,20 +527,25 @@ main(int argc, char **argv)
 		printf("\",\"type\":\"%s\",\"n_params\":%" PRIu64 ","
 		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"bf16_dot\":\"%s\","
 		    "\"attn_bf16\":%s,\"f16_matrices\":%u,\"f16_bf16_values\":%u,"
-		    "\"results\":[", mi->type_name, mi->n_params,
+		    "\"f16_int16\":%u,\"results\":[", mi->type_name, mi->n_params,
 		    o.threads, ctx, t_load / 1e9, pb_dot_name[o.bf16],
-		    attn_bf16 ? "true" : "false", p.m->n_f16, p.m->n_f16_bf16);
+		    attn_bf16 ? "true" : "false", p.m->n_f16, p.m->n_f16_bf16,
+		    p.m->n_f16_i16);
 	} else {
 		printf("model %s: %s, %.3f M parameters, file %.1f MiB, "
 		    "loaded in %.2f s\n", o.model, mi->type_name, mi->n_params / 1e6,
 		    map_bytes / 1048576.0, t_load / 1e9);
 		printf("threads %d (0 = all CPUs), ctx %d, %d repetitions\n",
 		    o.threads, ctx, o.reps);
-		printf("float weights: %s\n", pb_math[o.bf16]);
+		printf("float weights: %s\n", i16 && o.bf16 != QUANT_BF16_DOT_ALL ?
+		    pb_math_i16[o.bf16] : pb_math[o.bf16]);
 		if (strcmp(p.be->name, "cpu") == 0 && p.m->n_f16 > 0 &&
 		    o.bf16 == QUANT_BF16_DOT_BF16)
 			printf("F16 matrices of bf16 values: %u of %u\n",
 			    p.m->n_f16_bf16, p.m->n_f16);
+		if (strcmp(p.be->name, "cpu") == 0 && p.m->n_f16 > 0 && i16)
+			printf("F16 matrices on 16-bit integer products: %u of %u\n",
+			    p.m->n_f16_i16, p.m->n_f16);
 		printf("attention: %s\n", attn_bf16 ? "bf16 dot products "
 		    "(queries, keys, values and weights rounded to bf16)" :
 		    "exact (f32 products)");

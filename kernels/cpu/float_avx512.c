@@ -592,12 +592,16 @@ float_avx512_f16_is_bf16(const void *w, size_t n)
 	return (1);
 }
 
-/* Nanoseconds of 12 chains of n vdpbf16ps (bf16) or vfmadd231ps each. */
+#define RATE_FMA_OP	0
+#define RATE_BF16_OP	1
+#define RATE_I16_OP	2
+/* Nanoseconds of 12 chains of n vfmadd231ps, vdpbf16ps or vpdpwssd each. */
 static double
-rate_run(int bf16, int n)
+rate_run(int op, int n)
 {
 	__m512		 a = _mm512_set1_ps(1e-4f);
 	__m512bh	 h = _mm512_cvtne2ps_pbh(a, a);
+	__m512i		 w = _mm512_set1_epi32(0x00010001);
 	__m512		 c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11;
 	struct timespec	 t0, t1;
 	float		 sink;
@@ -618,10 +622,15 @@ rate_run(int bf16, int n)
 } while (0)
 #define RATE_DOT(c)	_mm512_dpbf16_ps(c, h, h)
 #define RATE_FMA(c)	_mm512_fmadd_ps(a, a, c)
+#define RATE_I16(c)	_mm512_castsi512_ps(_mm512_dpwssd_epi32(		\
+			    _mm512_castps_si512(c), w, w))
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (bf16)
+	if (op == RATE_BF16_OP)
 		for (i = 0; i < n; i++)
 			RATE_STEP(RATE_DOT);
+	else if (op == RATE_I16_OP)
+		for (i = 0; i < n; i++)
+			RATE_STEP(RATE_I16);
 	else
 		for (i = 0; i < n; i++)
 			RATE_STEP(RATE_FMA);
@@ -629,6 +638,7 @@ rate_run(int bf16, int n)
 #undef RATE_STEP
 #undef RATE_DOT
 #undef RATE_FMA
+#undef RATE_I16
 	c0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1),
 	    _mm512_add_ps(c2, c3)), _mm512_add_ps(c4, c5));
 	c6 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c6, c7),
@@ -640,22 +650,38 @@ rate_run(int bf16, int n)
 }
 
 /*
- * The issue rate of vdpbf16ps over that of f32 multiply-adds on the
- * calling thread's core: the best of five short runs of each, so that a
- * preemption in one does not decide.  About 1 where bf16 dot products
- * double the arithmetic rate, 0.5 or less where they do not pay.
+ * The issue rate of op over that of f32 multiply-adds on the calling
+ * thread's core: the best of five short runs of each, so that a
+ * preemption in one does not decide.
  */
-double
-float_avx512_bf16_rate(void)
+static double
+op_rate(int op)
 {
 	double	f = 0, b = 0, t;
 	int	r;
 
 	for (r = 0; r < 5; r++) {
-		t = rate_run(0, 16384);
+		t = rate_run(RATE_FMA_OP, 16384);
 		f = r == 0 || t < f ? t : f;
-		t = rate_run(1, 16384);
+		t = rate_run(op, 16384);
 		b = r == 0 || t < b ? t : b;
 	}
 	return (b > 0 ? f / b : 0);
+}
+
+/*
+ * vdpbf16ps's issue rate over vfmadd231ps's: about 1 where bf16 dot
+ * products double the arithmetic rate, 0.5 or less where they do not pay.
+ */
+double
+float_avx512_bf16_rate(void)
+{
+	return (op_rate(RATE_BF16_OP));
+}
+
+/* vpdpwssd's issue rate over vfmadd231ps's (2 products a lane each). */
+double
+float_avx512_i16_rate(void)
+{
+	return (op_rate(RATE_I16_OP));
 }

@@ -375,6 +375,8 @@ quant_act_bytes(uint32_t type, int layout, int64_t cols, int n_tok)
 
 	if (layout == ACT_BF16)
 		return (ALIGN64(n * 2) + 64);
+	if (layout == ACT_I16)
+		return (ALIGN64(n * 2) + ALIGN64(n / 32 * 4) + 64);
 	if (layout == ACT_F32X)
 		return ((size_t)((cols + 1) & ~(int64_t)1) * 4 *
 		    ((n_tok + ACT_F32X_TOK - 1) / ACT_F32X_TOK * ACT_F32X_TOK) + 64);
@@ -401,6 +403,11 @@ quant_act_init(struct qact *a, uint32_t type, int layout, const float *x, int64_
 	p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
 	if (layout == ACT_BF16) {
 		a->xb = (uint16_t *)p;
+		return;
+	}
+	if (layout == ACT_I16) {
+		a->xb = (uint16_t *)p;
+		a->d = (float *)(p + ALIGN64(n * 2));
 		return;
 	}
 	if (layout == ACT_F32X) {
@@ -1067,6 +1074,7 @@ quant_kernel_scalar(uint32_t type)
 static int	forced_isa = QUANT_ISA_AUTO;
 static int	best_isa = -1;
 static int	bf16_dot;
+static int	f16_i16;
 static int	no_pack;
 
 /* Allow weights to be repacked at load; returns the old setting. */
@@ -1097,6 +1105,33 @@ int
 quant_bf16_dot_allowed(void)
 {
 	return (__atomic_load_n(&bf16_dot, __ATOMIC_RELAXED));
+}
+
+/* Allow F16 weights 16-bit integer dot products; returns the old setting. */
+int
+quant_allow_f16_i16(int allow)
+{
+	return (__atomic_exchange_n(&f16_i16, allow != 0, __ATOMIC_RELAXED));
+}
+
+/* Whether F16 weights may take 16-bit integer dot products. */
+int
+quant_f16_i16_allowed(void)
+{
+	return (__atomic_load_n(&f16_i16, __ATOMIC_RELAXED));
+}
+
+/* Whether 16-bit integer products of F16 weights pay on this CPU. */
+int
+quant_f16_i16_auto(double *rate)
+{
+	double	r = 0;
+
+	if (quant_isa_supported(QUANT_ISA_AVX512))
+		r = float_avx512_i16_rate();
+	if (rate != NULL)
+		*rate = r;
+	return (r >= 0.75);
 }
 
 /* Whether the CPU has AVX512-BF16 (on top of the AVX-512 variant). */

@@ -85,6 +85,11 @@ enum act_layout {
 	 * one vpmaddwd against a row's pair of sub-block scales.
 	 */
 	ACT_PAIR16 = 7,
+	/*
+	 * F16 weights on 16-bit integer products (f16_i16_avx512.c): xb
+	 * holds each token's int16 codes, d the scale of each block of 32.
+	 */
+	ACT_I16 = 8,
 };
 #define ACT_F32X_TOK	12
 
@@ -202,6 +207,28 @@ int	quant_bf16_dot_auto(double *rate);
 double	float_avx512_bf16_rate(void);
 /* Whether n F16 values are all bf16 values too (float_avx512.c). */
 int	float_avx512_f16_is_bf16(const void *w, size_t n);
+
+/*
+ * Let F16 weights take 16-bit integer dot products (vpdpwssd, see
+ * f16_i16_avx512.c): weights kept to 13 bits of their block's largest,
+ * activations to 13 bits of theirs.  Off (exact) by default; read by
+ * qmat_create() for F16 matrices that do not take bf16 dot products.
+ * Returns the previous setting.
+ */
+int	quant_allow_f16_i16(int allow);
+int	quant_f16_i16_allowed(void);
+/*
+ * Whether that is worth it on this CPU: where it issues vpdpwssd at 3/4
+ * or more of its f32 multiply-add rate (each does twice the products).
+ * *rate (may be NULL) gets the measured ratio, 0 without AVX-512 VNNI.
+ */
+int	quant_f16_i16_auto(double *rate);
+/* vpdpwssd's issue rate over vfmadd231ps's (float_avx512.c). */
+double	float_avx512_i16_rate(void);
+/* Whether n F16 values are all finite (f16_i16_avx512.c). */
+int	f16_i16_finite(const void *w, size_t n);
+/* The 16-bit integer kernel of F16 weights (f16_i16_avx512.c). */
+struct quant_kernel	quant_kernel_avx512_f16_i16(void);
 
 /* The kernel of a variant for a type; fn is NULL when it has none. */
 struct quant_kernel	quant_kernel_get(int isa, uint32_t type);

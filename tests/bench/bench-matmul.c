@@ -5,6 +5,7 @@
  *     [-s shape index] [-c weight copies] [-B] [-C] [-A] [-I variant]
  *
  * -B lets F16/BF16 weights use bf16 dot products (quant_allow_bf16_dot).
+ * -W lets F16 weights use 16-bit integer dot products (quant_allow_f16_i16).
  * -U keeps every type on the mapped rows (quant_allow_pack(0)).
  * -A keeps large batches off the AMX tiles (quant_allow_amx(0)).
  * -C times with the thread's CPU clock (one thread only): on a machine
@@ -109,7 +110,7 @@ main(int argc, char **argv)
 	char			*cause = NULL, *tok, *str;
 	double			 secs[8][NSHAPES][16];
 
-	while ((ch = getopt(argc, argv, "ABCUI:t:r:T:n:s:c:")) != -1) {
+	while ((ch = getopt(argc, argv, "ABCUWI:t:r:T:n:s:c:")) != -1) {
 		switch (ch) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -129,6 +130,9 @@ main(int argc, char **argv)
 			break;
 		case 'B':
 			quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
+			break;
+		case 'W':
+			quant_allow_f16_i16(1);
 			break;
 		case 'C':
 			use_cpu_time = 1;
@@ -157,7 +161,7 @@ main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr, "usage: bench-matmul [-t threads] [-r reps] "
-			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies] [-B] [-C] [-U] [-A] [-I scalar|avx2|avx512]\n");
+			    "[-T type,...] [-n ntok,...] [-s shape] [-c copies] [-B] [-W] [-C] [-U] [-A] [-I scalar|avx2|avx512]\n");
 			return (1);
 		}
 	}
@@ -171,7 +175,8 @@ main(int argc, char **argv)
 	}
 	printf("# variant %s%s%s, %d threads; median of >= %d runs; spread = "
 	    "(max - min) / median%s\n", quant_isa_name(quant_isa()),
-	    quant_bf16_dot_allowed() ? " (bf16 dot allowed)" : "",
+	    quant_bf16_dot_allowed() ? " (bf16 dot allowed)" :
+	    quant_f16_i16_allowed() ? " (F16 int16 dot allowed)" : "",
 	    quant_amx_allowed() && quant_amx_supported() ? " (amx allowed)" : "",
 	    nthreads, min_reps,
 	    use_cpu_time ? "; thread CPU time" : "");

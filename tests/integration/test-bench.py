@@ -236,6 +236,53 @@ if os.path.exists(PHASED_BENCH):
     p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-d", "-5"], capture_output=True)
     ok(p.returncode == 1 and b"-d" in p.stderr, "phased-bench -d -5: refused",
        p.stderr.decode())
+    # An F16 model: its matrices take 16-bit integer products by default
+    # where the CPU makes them pay, never under --exact.
+    f16 = os.path.join(BUILD, "test-bench-f16-%d.gguf" % os.getpid())
+    synth = os.path.join(BUILD, "phased-synth")
+    p = subprocess.run([synth, "--shape", "tiny256", "--type", "F16", "--vocab", MODEL,
+                        "--layers", "1", "-o", f16], capture_output=True, timeout=300)
+    if ok(p.returncode == 0, "phased-synth writes an F16 model", p.stderr.decode()):
+        runs = {}
+        for flag in ["--json", "--exact"]:
+            q = subprocess.run([PHASED_BENCH, "-m", f16, "-p", "16", "-n", "2", "-r", "1",
+                                "-t", "1", "--json"] + ([flag] if flag != "--json" else []),
+                               capture_output=True, timeout=300)
+            try:
+                runs[flag] = json.loads(q.stdout.decode())
+            except ValueError:
+                runs[flag] = {}
+        jd, jx = runs["--json"], runs["--exact"]
+        n = jd.get("f16_matrices", 0)
+        ok(n > 0 and jd.get("f16_int16") in (0, n) and jx.get("f16_int16") == 0 and
+           jx.get("f16_matrices") == n,
+           "phased-bench F16: %s of %d matrices on 16-bit integers by default, %s under "
+           "--exact" % (jd.get("f16_int16"), n, jx.get("f16_int16")))
+        q = subprocess.run([PHASED_BENCH, "-m", f16, "-p", "16", "-n", "2", "-r", "1",
+                            "-t", "1"], capture_output=True, timeout=300)
+        out = q.stdout.decode()
+        ok(("F16 matrices on 16-bit integer products: %d of %d" % (n, n) in out) ==
+           (jd.get("f16_int16") == n), "phased-bench F16: the report says so", out)
+        # The daemon decides as phased-bench does and logs it; bf16-dot no
+        # keeps the model exact.  Either way it generates.
+        want = "of %d F16 matrices take 16-bit integer dot products" % n
+        for math in ["auto", "no"]:
+            d = Daemon(conf="plugin-dir %s\nbf16-dot %s\n" % (PLUGINS, math)).start()
+            try:
+                rc, out, err = d.ctl("load", "f16", f16, "ctx=64")
+                rc2, toks, final, err2 = gen_json(d, "f16", "Once upon", "--max-tokens", "4",
+                                                  "--temp", "0")
+                logged = ("model f16: %d " % n + want) in d.logtext()
+                ok(rc == 0 and rc2 == 0 and len(toks) == 4 and
+                   logged == (math == "auto" and jd.get("f16_int16") == n),
+                   "daemon, bf16-dot %s: F16 model loads, generates 4 tokens, %s" %
+                   (math, "logs its 16-bit integer matrices" if logged else
+                    "no 16-bit integer matrices logged"), err + err2)
+            finally:
+                d.stop()
+                d.cleanup()
+    if os.path.exists(f16):
+        os.unlink(f16)
     p = subprocess.run([PHASED_BENCH, "-m", "/nonexistent.gguf"], capture_output=True)
     ok(p.returncode == 1 and b"nonexistent" in p.stderr, "phased-bench: missing model",
        p.stderr.decode())

@@ -593,6 +593,63 @@ out:
 }
 
 /*
+ * NAME written as F16 (values of 11 bits) on 16-bit integer dot products:
+ * every F16 matrix takes them, none does when they are not allowed, and
+ * the last logits stay within 1e-3 of the largest one of the exact ones.
+ */
+static void
+check_f16_i16(const char *name, struct threadpool *tp)
+{
+	struct model_opts	 o = { .n_threads = 2 };
+	struct model		*mi = NULL, *mx = NULL;
+	char			 out[1200];
+	char			*cause = NULL;
+	const char		*tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	float			*li, *lx;
+	double			 rel;
+	int			 nv;
+
+	if (!quant_isa_supported(QUANT_ISA_AVX512)) {
+		diag("%s as F16 on 16-bit integers: no AVX-512 VNNI, skipped",
+		    name);
+		return;
+	}
+	snprintf(out, sizeof out, "%s/test-arch-f16i-%d.gguf", tmp,
+	    (int)getpid());
+	if (!ok(write_as(name, TT_F16, 0, out) == 0, "%s as F16: written", name))
+		return;
+	quant_allow_f16_i16(1);
+	mi = model_load(out, &o, NULL, NULL, &cause);
+	quant_allow_f16_i16(0);
+	if (mi != NULL)
+		mx = model_load(out, &o, NULL, NULL, &cause);
+	if (!ok(mx != NULL, "%s as F16 on 16-bit integers: loads", name)) {
+		diag("%s", cause);
+		free(cause);
+		goto out;
+	}
+	ok(mi->n_f16 > 0 && mi->n_f16_i16 == mi->n_f16 && mx->n_f16_i16 == 0,
+	    "%s: F16 matrices on 16-bit integers %u of %u when allowed, %u "
+	    "when not", name, mi->n_f16_i16, mi->n_f16, mx->n_f16_i16);
+	nv = model_info(mi)->n_vocab;
+	li = malloc(nv * sizeof *li);
+	lx = malloc(nv * sizeof *lx);
+	if (ok(logits_of(mi, tp, li) == 0 && logits_of(mx, tp, lx) == 0,
+	    "%s as F16: forwarded both ways", name)) {
+		rel = maxdiff(li, lx, nv) / maxabs(lx, nv);
+		ok(memcmp(li, lx, nv * sizeof *li) != 0 && rel < 1e-3,
+		    "%s as F16 on 16-bit integers: %.3g of the largest exact "
+		    "logit away", name, rel);
+	}
+	free(li);
+	free(lx);
+out:
+	model_free(mi);
+	model_free(mx);
+	unlink(out);
+}
+
+/*
  * Load a copy of models/arch/NAME.gguf with every occurrence of find
  * replaced by with (same length); the load must fail naming want.
  */
@@ -764,6 +821,8 @@ main(void)
 	check_bf16("llama3", tp);
 	check_bf16_attention("llama3", tp);
 	check_f16_bf16_values("llama3", tp);
+	check_f16_i16("llama3", tp);
+	check_f16_i16("gemma3", tp);
 	for (k = 0; k < sizeof models / sizeof models[0]; k++) {
 		check_invariance(models[k], 1, 0, tp);
 		check_invariance(models[k], 0, 0, tp);

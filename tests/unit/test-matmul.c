@@ -19,6 +19,7 @@
 #define MAXTOK	130
 
 static int	bf16_mode;	/* float types use bf16 dot products */
+static int	i16_mode;	/* F16 uses 16-bit integer dot products */
 
 static const int ntoks[] = { 1, 2, 3, 7, 33, 64, 130 };
 static const int64_t rowcounts[] = { 1, 5, 37 };
@@ -53,17 +54,26 @@ test_shape(struct threadpool *pool, int isa, uint32_t type, int64_t rows, int64_
 			const float *xt = x + (size_t)t * cols;
 			double e = 0, sabs = 0;
 
+			double ei = 0;
+
 			for (c = 0; c < cols; c += 32) {
-				double amax = 0, wsum = 0;
+				double amax = 0, wsum = 0, wmax = 0, xsum = 0;
 				for (i = 0; i < 32 && c + i < cols; i++) {
 					amax = fmax(amax, fabs(xt[c + i]));
+					wmax = fmax(wmax, fabs(wf[c + i]));
 					wsum += fabs(wf[c + i]);
+					xsum += fabs(xt[c + i]);
 					sabs += fabs(wf[c + i] * xt[c + i]);
 				}
 				e += wsum * amax / 127 * 0.5;
+				/* Weights to 2^-13 of the largest, activations 1/16382. */
+				ei += (wmax * xsum * 0x1p-13 + (wsum + wmax * 32 *
+				    0x1p-13) * amax / 16382) * 1.001;
 			}
 			if (type == TT_F32 || type == TT_F16 || type == TT_BF16)
 				e = bf16_mode ? sabs / 128 : 0;
+			if (type == TT_F16 && i16_mode)
+				e = ei;
 			ref[t * rows + r] = dot_row_ref(type, w + r * rb, xt, cols);
 			tol[t * rows + r] = e + 2e-5 * sabs + 1e-6;
 		}
@@ -383,6 +393,193 @@ test_bf16_values(struct threadpool *pool)
 }
 
 /*
+ * One output of the 16-bit integer F16 product, computed in plain C from
+ * its definition (f16_i16_avx512.c): the bits the kernels must give.
+ */
+static float
+i16_ref(const uint16_t *w, const float *x, int64_t cols)
+{
+	float	acc = 0;
+	int64_t	c, i;
+
+	for (c = 0; c < cols; c += 32) {
+		int64_t	n = cols - c < 32 ? cols - c : 32, sum = 0;
+		int	emax = 1;
+		float	amax = 0, d, inv, s;
+
+		for (i = 0; i < n; i++) {
+			int e = (w[c + i] & 0x7fff) >> 10;
+
+			if ((w[c + i] & 0x7fff) != 0 && e > emax)
+				emax = e;
+			amax = fmaxf(amax, fabsf(x[c + i]));
+		}
+		d = amax / 8191;
+		inv = amax > 0 ? 8191 / amax : 0;
+		s = ldexpf(1, emax - 27);
+		for (i = 0; i < n; i++) {
+			int	e = (w[c + i] >> 10) & 31, k;
+			int64_t	m = (w[c + i] & 0x3ff) | (e != 0 ? 0x400 : 0);
+			long	q = lrintf(x[c + i] * inv);
+
+			k = (e > 1 ? e : 1) - emax + 2;
+			if (k >= 0)
+				m <<= k;
+			else
+				m = -k >= 16 ? 0 : (m + (1 << (-k - 1))) >> -k;
+			if (w[c + i] & 0x8000)
+				m = -m;
+			sum += m * q;
+		}
+		if (sum > INT32_MAX || sum < INT32_MIN)
+			return (NAN);	/* the kernels' sums would wrap */
+		acc = fmaf((float)sum, s * d, acc);
+	}
+	return (acc);
+}
+
+/*
+ * F16 weights on 16-bit integer dot products: every tile shape, the
+ * mapped rows and the packed copy give the bits of i16_ref, for weights
+ * over twenty binades (subnormals, zeros, -0 among them) and activations
+ * with an all-zero block; a NaN activation spoils only its own token; a
+ * matrix holding an infinity stays exact, as does any under bf16-dot yes.
+ */
+static void
+test_f16_i16(struct threadpool *pool)
+{
+	static const int64_t	 shapes[][2] = { { 37, 75 }, { 50, 300 }, { 16, 1 },
+				    { 33, 2050 }, { 3, 96 } };
+	static const int	 toks[] = { 1, 2, 5, 13 };
+	float			*x, *y, *ye;
+	uint16_t		*w;
+	struct qmat		*m;
+	char			*cause = NULL;
+	size_t			 sh, k;
+	int			 pk, ti, t, bad, flag, nan_ok;
+	int64_t			 r, rows, cols;
+
+	quant_allow_f16_i16(1);
+	for (sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+		rows = shapes[sh][0];
+		cols = shapes[sh][1];
+		w = malloc(rows * cols * 2);
+		x = malloc(13 * cols * sizeof *x);
+		y = malloc(13 * rows * sizeof *y);
+		for (k = 0; k < (size_t)(rows * cols); k++) {
+			w[k] = f32_to_fp16(ldexpf(ktu_uniform(),
+			    (int)(k * 7 % 23) - 18));
+			if (k % 29 == 3)
+				w[k] = k % 2 ? 0x8000 : 0;
+		}
+		for (k = 0; k < (size_t)(13 * cols); k++)
+			x[k] = ktu_uniform() * (k % 7 == 0 ? 40.0f : 1.0f);
+		/* Token 1's first block is all zeros. */
+		for (k = 0; k < 32 && k < (size_t)cols; k++)
+			x[cols + k] = 0;
+		for (pk = 1; pk >= 0; pk--) {
+			quant_allow_pack(pk);
+			m = qmat_create(TT_F16, rows, cols, w, &cause);
+			if (!ok(m != NULL && qmat_f16_i16(m) == 1 &&
+			    (qmat_packed_bytes(m) > 0) == pk,
+			    "f16 i16 %lldx%lld %s: made, on 16-bit integers",
+			    (long long)rows, (long long)cols, pk ? "packed" : "mapped")) {
+				qmat_free(m);
+				continue;
+			}
+			bad = 0;
+			for (ti = 0; ti < (int)(sizeof toks / sizeof toks[0]); ti++) {
+				qmat_mul(ti % 2 ? pool : NULL, m, x, toks[ti], y, rows);
+				for (t = 0; t < toks[ti]; t++)
+					for (r = 0; r < rows; r++) {
+						float want = i16_ref(w + r * cols,
+						    x + t * cols, cols);
+
+						if (memcmp(&want, &y[t * rows + r], 4) != 0 &&
+						    bad++ == 0)
+							diag("n_tok %d t %d r %lld: got %.9g "
+							    "want %.9g", toks[ti], t,
+							    (long long)r, y[t * rows + r], want);
+					}
+			}
+			ok(bad == 0, "f16 i16 %lldx%lld %s: the bits of the plain "
+			    "C definition for 1, 2, 5 and 13 tokens", (long long)rows,
+			    (long long)cols, pk ? "packed" : "mapped");
+			qmat_free(m);
+		}
+		quant_allow_pack(1);
+		free(w);
+		free(x);
+		free(y);
+	}
+
+	/* A NaN activation: its token's outputs are NaN, the others' not. */
+	rows = 20;
+	cols = 64;
+	w = malloc(rows * cols * 2);
+	x = malloc(3 * cols * sizeof *x);
+	y = malloc(3 * rows * sizeof *y);
+	ye = malloc(3 * rows * sizeof *ye);
+	for (k = 0; k < (size_t)(rows * cols); k++)
+		w[k] = f32_to_fp16(ktu_uniform());
+	for (k = 0; k < (size_t)(3 * cols); k++)
+		x[k] = ktu_uniform();
+	x[cols + 40] = NAN;
+	m = qmat_create(TT_F16, rows, cols, w, &cause);
+	nan_ok = m != NULL;
+	if (m != NULL)
+		qmat_mul(pool, m, x, 3, y, rows);
+	for (r = 0; nan_ok && r < rows; r++)
+		nan_ok = isnan(y[rows + r]) && y[r] == i16_ref(w + r * cols, x, cols) &&
+		    y[2 * rows + r] == i16_ref(w + r * cols, x + 2 * cols, cols);
+	ok(nan_ok, "f16 i16: a NaN activation makes its own token's outputs NaN");
+	qmat_free(m);
+
+	/* An infinity in the weights keeps the matrix exact. */
+	w[rows * cols - 1] = 0x7c00;
+	x[cols + 40] = 1;
+	m = qmat_create(TT_F16, rows, cols, w, &cause);
+	flag = m != NULL ? qmat_f16_i16(m) : -1;
+	if (m != NULL)
+		qmat_mul(pool, m, x, 3, y, rows);
+	qmat_free(m);
+	quant_allow_f16_i16(0);
+	m = qmat_create(TT_F16, rows, cols, w, &cause);
+	if (m != NULL)
+		qmat_mul(pool, m, x, 3, ye, rows);
+	ok(flag == 0 && m != NULL && qmat_f16_i16(m) == 0 &&
+	    memcmp(y, ye, 3 * rows * sizeof *y) == 0,
+	    "f16 i16: a matrix holding an infinity stays exact (%d)", flag);
+	qmat_free(m);
+
+	/* bf16-dot yes takes F16 to bf16 dot products instead. */
+	if (quant_bf16_dot_supported()) {
+		quant_allow_f16_i16(1);
+		quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
+		m = qmat_create(TT_F16, rows, cols, w, &cause);
+		ok(m != NULL && qmat_f16_i16(m) == 0,
+		    "f16 i16: not under bf16 dot products for all");
+		qmat_free(m);
+		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+	}
+	/* Auto: a measured rate, and the choice it implies. */
+	{
+		double	rate;
+		int	on = quant_f16_i16_auto(&rate);
+
+		ok(quant_isa_supported(QUANT_ISA_AVX512) ? rate > 0.05 &&
+		    rate < 20 && on == (rate >= 0.75) : rate == 0 && !on,
+		    "f16 i16 auto: vpdpwssd at %.2f of the multiply-add rate, %s",
+		    rate, on ? "on" : "off");
+	}
+	quant_allow_f16_i16(0);
+	free(w);
+	free(x);
+	free(y);
+	free(ye);
+}
+
+/*
  * qmat_mul_n: matrices of several types (two sharing their prepared
  * activations, one kept on the mapped rows) in one run of the pool give
  * the bits qmat_mul gives each alone, and leave the padding between
@@ -644,6 +841,26 @@ main(void)
 		test_bf16_values(pool);
 	} else
 		diag("bf16 dot products: not supported by this CPU, skipped");
+	/* F16 on 16-bit integer dot products. */
+	if (quant_force_isa(QUANT_ISA_AVX512) == 0) {
+		quant_allow_f16_i16(1);
+		i16_mode = 1;
+		for (j = 0; j < sizeof rowcounts / sizeof rowcounts[0]; j++)
+			test_shape(pool, QUANT_ISA_AVX512, TT_F16, rowcounts[j],
+			    j == 2 ? 768 : 512);
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 33, 75);
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 20, 75);
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 16, 1);
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 40, 2050);
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 150, 96);
+		quant_allow_pack(0);
+		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 37, 768);
+		quant_allow_pack(1);
+		i16_mode = 0;
+		quant_allow_f16_i16(0);
+		test_f16_i16(pool);
+	} else
+		diag("f16 16-bit integer products: no AVX-512 VNNI, skipped");
 	quant_force_isa(QUANT_ISA_AUTO);
 	test_oversubscribed();
 	test_mul_n(pool);
