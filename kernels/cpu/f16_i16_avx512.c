@@ -31,6 +31,7 @@
 
 #include "quant.h"
 #include "tensor_type.h"
+#include "tile_dispatch.h"
 
 #define IG	16	/* rows per packed group */
 #define IB	32	/* columns per block */
@@ -243,10 +244,9 @@ i16_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 				if (nr == 1)
 					_mm_prefetch((const char *)q + IPF_DECODE,
 					    _MM_HINT_T0);
-				else {
+				else
 					_mm_prefetch((const char *)q + 1024,
 					    _MM_HINT_T0);
-				}
 				if (nr == 1 && (p & 1)) {
 					io[i] = _mm512_dpwssd_epi32(io[i], wv,
 					    _mm512_set1_epi32(x[0][16 * b + p]));
@@ -286,29 +286,12 @@ i16_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 	}
 }
 
-/* i16_tile of mg groups for every token count up to n. */
-#define ITILES(mg, n)							\
-	switch (nr < (n) ? nr : (n)) {					\
-	case 1: i16_tile(pw, cols, r0, mg, mr, a, t0, 1, y, ldy); return; \
-	case 2: i16_tile(pw, cols, r0, mg, mr, a, t0, 2, y, ldy); return; \
-	case 3: i16_tile(pw, cols, r0, mg, mr, a, t0, 3, y, ldy); return; \
-	case 4: i16_tile(pw, cols, r0, mg, mr, a, t0, 4, y, ldy); return; \
-	case 5: i16_tile(pw, cols, r0, mg, mr, a, t0, 5, y, ldy); return; \
-	case 6: i16_tile(pw, cols, r0, mg, mr, a, t0, 6, y, ldy); return; \
-	case 7: i16_tile(pw, cols, r0, mg, mr, a, t0, 7, y, ldy); return; \
-	case 8: i16_tile(pw, cols, r0, mg, mr, a, t0, 8, y, ldy); return; \
-	case 9: i16_tile(pw, cols, r0, mg, mr, a, t0, 9, y, ldy); return; \
-	case 10: i16_tile(pw, cols, r0, mg, mr, a, t0, 10, y, ldy); return; \
-	case 11: i16_tile(pw, cols, r0, mg, mr, a, t0, 11, y, ldy); return; \
-	default: i16_tile(pw, cols, r0, mg, mr, a, t0, 12, y, ldy); return; \
-	}
-
 /* Two groups by nr tokens (at most INR2). */
 static void
 i16_two(const uint8_t *pw, int64_t cols, int64_t r0, int mr, const struct qact *a,
     int t0, int nr, float *y, int64_t ldy)
 {
-	ITILES(2, INR2)
+	TILE_DISPATCH_NR12(i16_tile, 2, INR2)
 }
 
 /* Three groups by nr tokens (at most INR3). */
@@ -316,7 +299,7 @@ static void
 i16_three(const uint8_t *pw, int64_t cols, int64_t r0, int mr, const struct qact *a,
     int t0, int nr, float *y, int64_t ldy)
 {
-	ITILES(3, INR3)
+	TILE_DISPATCH_NR12(i16_tile, 3, INR3)
 }
 
 /*
@@ -341,7 +324,7 @@ f16_i16_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 			i16_two(pw, cols, r0, mr, a, t, t0 + nr - t, y, ldy);
 		return;
 	}
-	ITILES(1, INR1)
+	TILE_DISPATCH_NR12(i16_tile, 1, INR1)
 }
 
 /*

@@ -445,23 +445,6 @@ bf16dot_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 	}
 }
 
-/* Instantiate bf16dot_tile for one or two groups and up to BNR tokens. */
-#define BTILES(mg)							\
-	switch (nr) {							\
-	case 1: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 1, y, ldy); return; \
-	case 2: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 2, y, ldy); return; \
-	case 3: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 3, y, ldy); return; \
-	case 4: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 4, y, ldy); return; \
-	case 5: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 5, y, ldy); return; \
-	case 6: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 6, y, ldy); return; \
-	case 7: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 7, y, ldy); return; \
-	case 8: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 8, y, ldy); return; \
-	case 9: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 9, y, ldy); return; \
-	case 10: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 10, y, ldy); return; \
-	case 11: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 11, y, ldy); return; \
-	default: bf16dot_tile(pw, cols, r0, mg, mr, a, t0, 12, y, ldy); return; \
-	}
-
 /* The bf16-mode product on packed weights (F16 and BF16 alike). */
 static void
 bf16dot_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
@@ -482,9 +465,9 @@ bf16dot_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 		return;
 	}
 	if (mr > FG) {
-		BTILES(2)
+		TILE_DISPATCH_NR12(bf16dot_tile, 2, BNR)
 	} else {
-		BTILES(1)
+		TILE_DISPATCH_NR12(bf16dot_tile, 1, BNR)
 	}
 }
 

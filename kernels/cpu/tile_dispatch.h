@@ -32,4 +32,25 @@
 		}							\
 	} while (0)
 
+/*
+ * Call tile(pw, cols, r0, mg, mr, a, t0, NR, y, ldy) and return, NR being
+ * nr capped at n (n <= 12), a constant in each case; the variables are
+ * those of the caller.
+ */
+#define TILE_DISPATCH_NR12(tile, mg, n)					\
+	switch (nr < (n) ? nr : (n)) {					\
+	case 1: tile(pw, cols, r0, mg, mr, a, t0, 1, y, ldy); return;	\
+	case 2: tile(pw, cols, r0, mg, mr, a, t0, 2, y, ldy); return;	\
+	case 3: tile(pw, cols, r0, mg, mr, a, t0, 3, y, ldy); return;	\
+	case 4: tile(pw, cols, r0, mg, mr, a, t0, 4, y, ldy); return;	\
+	case 5: tile(pw, cols, r0, mg, mr, a, t0, 5, y, ldy); return;	\
+	case 6: tile(pw, cols, r0, mg, mr, a, t0, 6, y, ldy); return;	\
+	case 7: tile(pw, cols, r0, mg, mr, a, t0, 7, y, ldy); return;	\
+	case 8: tile(pw, cols, r0, mg, mr, a, t0, 8, y, ldy); return;	\
+	case 9: tile(pw, cols, r0, mg, mr, a, t0, 9, y, ldy); return;	\
+	case 10: tile(pw, cols, r0, mg, mr, a, t0, 10, y, ldy); return; \
+	case 11: tile(pw, cols, r0, mg, mr, a, t0, 11, y, ldy); return; \
+	default: tile(pw, cols, r0, mg, mr, a, t0, 12, y, ldy); return; \
+	}
+
 #endif
