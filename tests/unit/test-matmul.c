@@ -52,9 +52,7 @@ test_shape(struct threadpool *pool, int isa, uint32_t type, int64_t rows, int64_
 		dequantize_row(type, w + r * rb, wf, cols);
 		for (t = 0; t < MAXTOK; t++) {
 			const float *xt = x + (size_t)t * cols;
-			double e = 0, sabs = 0;
-
-			double ei = 0;
+			double e = 0, sabs = 0, ei = 0;
 
 			for (c = 0; c < cols; c += 32) {
 				double amax = 0, wsum = 0, wmax = 0, xsum = 0;
