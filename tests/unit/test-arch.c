@@ -606,6 +606,7 @@ check_f16_i16(const char *name, struct threadpool *tp)
 	char			*cause = NULL;
 	const char		*tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	float			*li, *lx;
+	char			 label[200], out2[1200], *doc;
 	double			 rel;
 	int			 nv;
 
@@ -628,6 +629,12 @@ check_f16_i16(const char *name, struct threadpool *tp)
 		free(cause);
 		goto out;
 	}
+	/* Against llama.cpp's run of the F32 model, as the F32 load is. */
+	snprintf(label, sizeof label, "%s as F16 on 16-bit integers", name);
+	snprintf(out2, sizeof out2, "%s/golden/arch/%s.json", shared, name);
+	if ((doc = slurp(out2, NULL)) != NULL)
+		check_doc(label, mi, doc, tp, LOGIT_TOL, "llama.cpp's");
+	free(doc);
 	ok(mi->n_f16 > 0 && mi->n_f16_i16 == mi->n_f16 && mx->n_f16_i16 == 0,
 	    "%s: F16 matrices on 16-bit integers %u of %u when allowed, %u "
 	    "when not", name, mi->n_f16_i16, mi->n_f16, mx->n_f16_i16);
