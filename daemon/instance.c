@@ -660,6 +660,10 @@ load_deliver(struct mbox_msg *m)
 			log_info("model %s: %u of %u F16 matrices take 16-bit "
 			    "integer dot products", in->name,
 			    in->model->n_f16_i16, in->model->n_f16);
+		if (in->model->n_bf16_i16 > 0)
+			log_info("model %s: %u of %u BF16 matrices take 16-bit "
+			    "integer dot products", in->name,
+			    in->model->n_bf16_i16, in->model->n_bf16);
 		load_reply(in, NULL);
 		if (instance_load_hook != NULL)
 			instance_load_hook(in->name, NULL);

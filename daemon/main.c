@@ -78,9 +78,11 @@ apply_math(const struct phased_config *conf)
 		/* Measured once: a reload keeps the first answer. */
 		if (auto_i16 == -1) {
 			auto_i16 = quant_f16_i16_auto(&rate);
-			if (quant_isa() >= QUANT_ISA_AVX512)
-				log_info("bf16-dot auto: vpdpwssd at %.2f of the "
-				    "multiply-add rate; %s", rate, auto_i16 ?
+			if (quant_isa() >= QUANT_ISA_AVX2)
+				log_info("bf16-dot auto: %s at %.2f of the "
+				    "multiply-add rate; %s", quant_isa() >=
+				    QUANT_ISA_AVX512 ? "vpdpwssd" : "vpmaddwd", rate,
+				    auto_i16 ?
 				    "F16 weights take 16-bit integer dot products" :
 				    "F16 weights exact");
 		}

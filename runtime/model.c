@@ -56,17 +56,24 @@ get_tensor(struct model *m, const char *name, uint32_t n_dims,
 
 /*
  * Count the F16 matrices, those computing as BF16 (bf16 values) and those
- * on 16-bit integer products.
+ * on 16-bit integer products; the BF16 ones and those of them on 16-bit
+ * integer products.
  */
 static void
 count_matrix(struct model *m, const struct qmat *q, uint32_t type)
 {
+	if (type == TT_BF16) {
+		m->n_bf16++;
+		if (qmat_i16(q))
+			m->n_bf16_i16++;
+		return;
+	}
 	if (type != TT_F16)
 		return;
 	m->n_f16++;
 	if (qmat_bf16_values(q))
 		m->n_f16_bf16++;
-	if (qmat_f16_i16(q))
+	if (qmat_i16(q))
 		m->n_f16_i16++;
 }
 

@@ -195,6 +195,8 @@ struct model {
 	uint32_t		 n_f16;		/* F16 weight matrices */
 	uint32_t		 n_f16_bf16;	/* of them, holding bf16 values */
 	uint32_t		 n_f16_i16;	/* of them, on 16-bit integers */
+	uint32_t		 n_bf16;	/* BF16 weight matrices */
+	uint32_t		 n_bf16_i16;	/* of them, on 16-bit integers */
 	uint8_t			*tensor_used;	/* while loading: per tensor */
 };
 

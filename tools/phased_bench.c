@@ -44,8 +44,9 @@ static const char *const pb_math[] = {
 };
 /* The same under the default where F16 takes 16-bit integer products. */
 static const char *const pb_math_i16[] = {
-	"BF16 exact, F16 through 16-bit integer dot products (weights and "
-	    "activations to 13 bits of their block's largest)",
+	"BF16 exact where the CPU has AVX-512 (else as F16), F16 through "
+	    "16-bit integer dot products (weights and activations to 13 bits "
+	    "of their block's largest)",
 	"",
 	"BF16, and F16 of bf16 values, through bf16 dot products (activations "
 	    "rounded to bf16), other F16 through 16-bit integer dot products "
@@ -527,10 +528,11 @@ main(int argc, char **argv)
 		printf("\",\"type\":\"%s\",\"n_params\":%" PRIu64 ","
 		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"bf16_dot\":\"%s\","
 		    "\"attn_bf16\":%s,\"f16_matrices\":%u,\"f16_bf16_values\":%u,"
-		    "\"f16_int16\":%u,\"results\":[", mi->type_name, mi->n_params,
+		    "\"f16_int16\":%u,\"bf16_matrices\":%u,\"bf16_int16\":%u,"
+		    "\"results\":[", mi->type_name, mi->n_params,
 		    o.threads, ctx, t_load / 1e9, pb_dot_name[o.bf16],
 		    attn_bf16 ? "true" : "false", p.m->n_f16, p.m->n_f16_bf16,
-		    p.m->n_f16_i16);
+		    p.m->n_f16_i16, p.m->n_bf16, p.m->n_bf16_i16);
 	} else {
 		printf("model %s: %s, %.3f M parameters, file %.1f MiB, "
 		    "loaded in %.2f s\n", o.model, mi->type_name, mi->n_params / 1e6,
@@ -546,6 +548,9 @@ main(int argc, char **argv)
 		if (strcmp(p.be->name, "cpu") == 0 && p.m->n_f16 > 0 && i16)
 			printf("F16 matrices on 16-bit integer products: %u of %u\n",
 			    p.m->n_f16_i16, p.m->n_f16);
+		if (strcmp(p.be->name, "cpu") == 0 && p.m->n_bf16_i16 > 0)
+			printf("BF16 matrices on 16-bit integer products: %u of %u\n",
+			    p.m->n_bf16_i16, p.m->n_bf16);
 		printf("attention: %s\n", attn_bf16 ? "bf16 dot products "
 		    "(queries, keys, values and weights rounded to bf16)" :
 		    "exact (f32 products)");

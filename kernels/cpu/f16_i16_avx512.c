@@ -15,7 +15,7 @@
  * blocks in column order: the same operations whatever the tile, the
  * batch, the thread split, and whether the weights are repacked.
  *
- * Matrices holding an infinity or NaN are left exact (f16_i16_finite).
+ * Matrices holding an infinity or NaN are left exact (i16_finite).
  *
  * Packed layout: rows in groups of 16; a group is a run of super-blocks
  * of 128 columns, 4160 bytes each: 64 bytes of scales (block k's row i at
@@ -363,28 +363,6 @@ f16_i16_plain(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
 		for (j = 0; j < nr; j++)
 			y[(size_t)(t0 + j) * ldy + r0 + i] = acc[j];
 	}
-}
-
-/*
- * Whether all n F16 values at w are finite: an infinity or NaN has no
- * block scale, so such a matrix stays exact.
- */
-int
-f16_i16_finite(const void *w, size_t n)
-{
-	const uint16_t	*h = w;
-	const __m512i	 inf = _mm512_set1_epi16(0x7c00);
-	size_t		 i;
-
-	for (i = 0; i < n; i += 32) {
-		__mmask32	m = n - i >= 32 ? ~(__mmask32)0 :
-				    (__mmask32)((1u << (n - i)) - 1);
-		__m512i		v = _mm512_maskz_loadu_epi16(m, h + i);
-
-		if (_mm512_cmpeq_epi16_mask(_mm512_and_si512(v, inf), inf) != 0)
-			return (0);
-	}
-	return (1);
 }
 
 /* The 16-bit integer kernel of F16 weights. */

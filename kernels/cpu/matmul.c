@@ -56,7 +56,7 @@ struct qmat {
 	uint8_t			*packed;	/* repacked copy, or NULL */
 	size_t			 packed_bytes;
 	int			 bf16_values;	/* F16 computed as BF16 */
-	int			 f16_i16;	/* F16 on 16-bit integer products */
+	int			 i16;		/* F16 or BF16 on 16-bit integer products */
 };
 
 /* One matrix of a product: its activations, outputs and work items. */
@@ -201,14 +201,18 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 	 * twice the multiply-add rate, as precise as the 13 bits of each
 	 * block's largest values (f16_i16_avx512.c); not with bf16 ones for
 	 * all (bf16-dot yes), nor with an infinity or NaN in the weights.
+	 * BF16 ones too where only AVX2 serves (f16_i16_avx2.c): the
+	 * AVX-512 variant has bf16 dot products or its exact kernels.
 	 */
-	else if (type == TT_F16 && m->isa >= QUANT_ISA_AVX512 &&
-	    quant_f16_i16_allowed() &&
-	    (quant_bf16_dot_allowed() != QUANT_BF16_DOT_ALL ||
-	    !quant_bf16_dot_supported()) &&
-	    f16_i16_finite(data, (size_t)rows * (size_t)cols)) {
-		m->kern = quant_kernel_avx512_f16_i16();
-		m->f16_i16 = 1;
+	else if (((type == TT_F16 && (quant_bf16_dot_allowed() !=
+	    QUANT_BF16_DOT_ALL || !quant_bf16_dot_supported() ||
+	    m->isa < QUANT_ISA_AVX512)) ||
+	    (type == TT_BF16 && m->isa == QUANT_ISA_AVX2)) &&
+	    m->isa >= QUANT_ISA_AVX2 && quant_f16_i16_allowed() &&
+	    i16_finite(data, (size_t)rows * (size_t)cols, type == TT_BF16)) {
+		m->kern = m->isa >= QUANT_ISA_AVX512 ?
+		    quant_kernel_avx512_f16_i16() : quant_kernel_avx2_i16(type);
+		m->i16 = 1;
 	}
 	if (m->kern.fn == NULL) {
 		set_cause(cause, "tensor type %s: no kernel", ti->name);
@@ -281,9 +285,9 @@ qmat_bf16_values(const struct qmat *m)
 
 /* Whether F16 weights take 16-bit integer dot products. */
 int
-qmat_f16_i16(const struct qmat *m)
+qmat_i16(const struct qmat *m)
 {
-	return (m->f16_i16);
+	return (m->i16);
 }
 
 /* Number of rows (outputs). */

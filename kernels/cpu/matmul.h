@@ -28,7 +28,7 @@ int		 qmat_amx(const struct qmat *);
  */
 int		 qmat_bf16_values(const struct qmat *);
 /* Whether F16 weights take 16-bit integer dot products (quant.h). */
-int		 qmat_f16_i16(const struct qmat *);
+int		 qmat_i16(const struct qmat *);
 
 /*
  * Y[t][r] = sum over c of W[r][c] * X[t][c] for t < n_tok.  X is n_tok x cols

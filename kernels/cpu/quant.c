@@ -1129,6 +1129,8 @@ quant_f16_i16_auto(double *rate)
 
 	if (quant_isa_supported(QUANT_ISA_AVX512))
 		r = float_avx512_i16_rate();
+	else if (quant_isa_supported(QUANT_ISA_AVX2))
+		r = float_avx2_i16_rate();
 	if (rate != NULL)
 		*rate = r;
 	return (r >= 0.75);

@@ -210,25 +210,31 @@ int	float_avx512_f16_is_bf16(const void *w, size_t n);
 
 /*
  * Let F16 weights take 16-bit integer dot products (vpdpwssd, see
- * f16_i16_avx512.c): weights kept to 13 bits of their block's largest,
+ * f16_i16_avx512.c; vpmaddwd on AVX2, f16_i16_avx2.c, with the same
+ * bits): weights kept to 13 bits of their block's largest,
  * activations to 13 bits of theirs.  Off (exact) by default; read by
- * qmat_create() for F16 matrices that do not take bf16 dot products.
- * Returns the previous setting.
+ * qmat_create() for F16 matrices that do not take bf16 dot products,
+ * and for BF16 ones under the AVX2 variant.  Returns the previous setting.
  */
 int	quant_allow_f16_i16(int allow);
 int	quant_f16_i16_allowed(void);
 /*
- * Whether that is worth it on this CPU: where it issues vpdpwssd at 3/4
- * or more of its f32 multiply-add rate (each does twice the products).
- * *rate (may be NULL) gets the measured ratio, 0 without AVX-512 VNNI.
+ * Whether that is worth it on this CPU: where it issues vpdpwssd (AVX2:
+ * vpmaddwd with its vpaddd) at 3/4 or more of its f32 multiply-add rate
+ * (each does twice the products).  *rate (may be NULL) gets the measured
+ * ratio, 0 without AVX2.
  */
 int	quant_f16_i16_auto(double *rate);
 /* vpdpwssd's issue rate over vfmadd231ps's (float_avx512.c). */
 double	float_avx512_i16_rate(void);
-/* Whether n F16 values are all finite (f16_i16_avx512.c). */
-int	f16_i16_finite(const void *w, size_t n);
+/* vpmaddwd and vpaddd's issue rate over vfmadd231ps's (f16_i16_avx2.c). */
+double	float_avx2_i16_rate(void);
+/* Whether n F16 (bf16: BF16) values are all finite (f16_i16_avx2.c, AVX2). */
+int	i16_finite(const void *w, size_t n, int bf16);
 /* The 16-bit integer kernel of F16 weights (f16_i16_avx512.c). */
 struct quant_kernel	quant_kernel_avx512_f16_i16(void);
+/* The same on AVX2 (f16_i16_avx2.c, the same bits), and of BF16 weights. */
+struct quant_kernel	quant_kernel_avx2_i16(uint32_t type);
 
 /* The kernel of a variant for a type; fn is NULL when it has none. */
 struct quant_kernel	quant_kernel_get(int isa, uint32_t type);

@@ -53,4 +53,13 @@
 	default: tile(pw, cols, r0, mg, mr, a, t0, 12, y, ldy); return; \
 	}
 
+/* The same with n <= 4. */
+#define TILE_DISPATCH_NR4(tile, mg, n)					\
+	switch (nr < (n) ? nr : (n)) {					\
+	case 1: tile(pw, cols, r0, mg, mr, a, t0, 1, y, ldy); return;	\
+	case 2: tile(pw, cols, r0, mg, mr, a, t0, 2, y, ldy); return;	\
+	case 3: tile(pw, cols, r0, mg, mr, a, t0, 3, y, ldy); return;	\
+	default: tile(pw, cols, r0, mg, mr, a, t0, 4, y, ldy); return;	\
+	}
+
 #endif

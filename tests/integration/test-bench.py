@@ -283,6 +283,34 @@ if os.path.exists(PHASED_BENCH):
                 d.cleanup()
     if os.path.exists(f16):
         os.unlink(f16)
+    # A BF16 model: on 16-bit integer products where only AVX2 serves (all
+    # of its matrices or none), never under --exact; the report says so.
+    p = subprocess.run([synth, "--shape", "tiny256", "--type", "BF16", "--vocab", MODEL,
+                        "--layers", "1", "-o", f16], capture_output=True, timeout=300)
+    if ok(p.returncode == 0, "phased-synth writes a BF16 model", p.stderr.decode()):
+        runs = {}
+        for flag in ["--json", "--exact"]:
+            q = subprocess.run([PHASED_BENCH, "-m", f16, "-p", "16", "-n", "2", "-r", "1",
+                                "-t", "1", "--json"] + ([flag] if flag != "--json" else []),
+                               capture_output=True, timeout=300)
+            try:
+                runs[flag] = json.loads(q.stdout.decode())
+            except ValueError:
+                runs[flag] = {}
+        jd, jx = runs["--json"], runs["--exact"]
+        n = jd.get("bf16_matrices", 0)
+        ok(n > 0 and jd.get("bf16_int16") in (0, n) and jx.get("bf16_int16") == 0 and
+           jx.get("bf16_matrices") == n,
+           "phased-bench BF16: %s of %d matrices on 16-bit integers by default, %s under "
+           "--exact" % (jd.get("bf16_int16"), n, jx.get("bf16_int16")))
+        q = subprocess.run([PHASED_BENCH, "-m", f16, "-p", "16", "-n", "2", "-r", "1",
+                            "-t", "1"], capture_output=True, timeout=300)
+        out = q.stdout.decode()
+        ok(q.returncode == 0 and
+           ("BF16 matrices on 16-bit integer products: %d of %d" % (n, n) in out) ==
+           (jd.get("bf16_int16") == n), "phased-bench BF16: the report says so", out)
+    if os.path.exists(f16):
+        os.unlink(f16)
     p = subprocess.run([PHASED_BENCH, "-m", "/nonexistent.gguf"], capture_output=True)
     ok(p.returncode == 1 and b"nonexistent" in p.stderr, "phased-bench: missing model",
        p.stderr.decode())

@@ -70,7 +70,8 @@ test_shape(struct threadpool *pool, int isa, uint32_t type, int64_t rows, int64_
 			}
 			if (type == TT_F32 || type == TT_F16 || type == TT_BF16)
 				e = bf16_mode ? sabs / 128 : 0;
-			if (type == TT_F16 && i16_mode)
+			if ((type == TT_F16 || (type == TT_BF16 &&
+			    isa == QUANT_ISA_AVX2)) && i16_mode)
 				e = ei;
 			ref[t * rows + r] = dot_row_ref(type, w + r * rb, xt, cols);
 			tol[t * rows + r] = e + 2e-5 * sabs + 1e-6;
@@ -391,22 +392,25 @@ test_bf16_values(struct threadpool *pool)
 }
 
 /*
- * One output of the 16-bit integer F16 product, computed in plain C from
- * its definition (f16_i16_avx512.c): the bits the kernels must give.
+ * One output of the 16-bit integer product of F16 (bf16 set: BF16)
+ * weights, computed in plain C from its definition (f16_i16_avx512.c,
+ * f16_i16_avx2.c): the bits the kernels must give.
  */
 static float
-i16_ref(const uint16_t *w, const float *x, int64_t cols)
+i16_ref(const uint16_t *w, const float *x, int64_t cols, int bf16)
 {
-	float	acc = 0;
-	int64_t	c, i;
+	const int	frac = bf16 ? 7 : 10, emask = bf16 ? 255 : 31;
+	const int	shift = bf16 ? 5 : 2, bias = bf16 ? 127 : 15;
+	float		acc = 0;
+	int64_t		c, i;
 
 	for (c = 0; c < cols; c += 32) {
 		int64_t	n = cols - c < 32 ? cols - c : 32, sum = 0;
-		int	emax = 1;
+		int	emax = bf16 ? 13 : 1;
 		float	amax = 0, d, inv, s;
 
 		for (i = 0; i < n; i++) {
-			int e = (w[c + i] & 0x7fff) >> 10;
+			int e = (w[c + i] & 0x7fff) >> frac;
 
 			if ((w[c + i] & 0x7fff) != 0 && e > emax)
 				emax = e;
@@ -414,13 +418,14 @@ i16_ref(const uint16_t *w, const float *x, int64_t cols)
 		}
 		d = amax / 8191;
 		inv = amax > 0 ? 8191 / amax : 0;
-		s = ldexpf(1, emax - 27);
+		s = ldexpf(1, emax - bias - frac - shift);
 		for (i = 0; i < n; i++) {
-			int	e = (w[c + i] >> 10) & 31, k;
-			int64_t	m = (w[c + i] & 0x3ff) | (e != 0 ? 0x400 : 0);
+			int	e = (w[c + i] >> frac) & emask, k;
+			int64_t	m = (w[c + i] & ((1 << frac) - 1)) |
+				    (e != 0 ? 1 << frac : 0);
 			long	q = lrintf(x[c + i] * inv);
 
-			k = (e > 1 ? e : 1) - emax + 2;
+			k = (e > 1 ? e : 1) - emax + shift;
 			if (k >= 0)
 				m <<= k;
 			else
@@ -437,27 +442,28 @@ i16_ref(const uint16_t *w, const float *x, int64_t cols)
 }
 
 /*
- * F16 weights on 16-bit integer dot products: every tile shape, the
- * mapped rows and the packed copy give the bits of i16_ref, for weights
- * over twenty binades (subnormals, zeros, -0 among them) and activations
- * with an all-zero block; a NaN activation spoils only its own token; a
- * matrix holding an infinity stays exact, as does any under bf16-dot yes.
+ * F16 (bf16 set: BF16) weights on 16-bit integer dot products: every tile
+ * shape, the mapped rows and the packed copy give the bits of i16_ref,
+ * for weights over twenty binades (subnormals, zeros, -0 among them; for
+ * BF16 a row of values under 2^-114 too) and activations with an
+ * all-zero block.
  */
 static void
-test_f16_i16(struct threadpool *pool)
+test_i16_bits(struct threadpool *pool, int bf16)
 {
 	static const int64_t	 shapes[][2] = { { 37, 75 }, { 50, 300 }, { 16, 1 },
 				    { 33, 2050 }, { 3, 96 } };
 	static const int	 toks[] = { 1, 2, 5, 13 };
-	float			*x, *y, *ye;
+	const uint32_t		 type = bf16 ? TT_BF16 : TT_F16;
+	const char		*tn = bf16 ? "bf16" : "f16";
+	float			*x, *y;
 	uint16_t		*w;
 	struct qmat		*m;
 	char			*cause = NULL;
 	size_t			 sh, k;
-	int			 pk, ti, t, bad, flag, nan_ok;
+	int			 pk, ti, t, bad;
 	int64_t			 r, rows, cols;
 
-	quant_allow_f16_i16(1);
 	for (sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
 		rows = shapes[sh][0];
 		cols = shapes[sh][1];
@@ -465,8 +471,12 @@ test_f16_i16(struct threadpool *pool)
 		x = malloc(13 * cols * sizeof *x);
 		y = malloc(13 * rows * sizeof *y);
 		for (k = 0; k < (size_t)(rows * cols); k++) {
-			w[k] = f32_to_fp16(ldexpf(ktu_uniform(),
-			    (int)(k * 7 % 23) - 18));
+			float v = ldexpf(ktu_uniform(), (int)(k * 7 % 23) - 18);
+
+			/* BF16: row 2 holds values of 2^-120 to 2^-140. */
+			if (bf16 && k / cols == 2)
+				v = ldexpf(ktu_uniform(), -120 - (int)(k % 21));
+			w[k] = bf16 ? f32_to_bf16(v) : f32_to_fp16(v);
 			if (k % 29 == 3)
 				w[k] = k % 2 ? 0x8000 : 0;
 		}
@@ -477,10 +487,10 @@ test_f16_i16(struct threadpool *pool)
 			x[cols + k] = 0;
 		for (pk = 1; pk >= 0; pk--) {
 			quant_allow_pack(pk);
-			m = qmat_create(TT_F16, rows, cols, w, &cause);
-			if (!ok(m != NULL && qmat_f16_i16(m) == 1 &&
+			m = qmat_create(type, rows, cols, w, &cause);
+			if (!ok(m != NULL && qmat_i16(m) == 1 &&
 			    (qmat_packed_bytes(m) > 0) == pk,
-			    "f16 i16 %lldx%lld %s: made, on 16-bit integers",
+			    "%s i16 %lldx%lld %s: made, on 16-bit integers", tn,
 			    (long long)rows, (long long)cols, pk ? "packed" : "mapped")) {
 				qmat_free(m);
 				continue;
@@ -491,7 +501,7 @@ test_f16_i16(struct threadpool *pool)
 				for (t = 0; t < toks[ti]; t++)
 					for (r = 0; r < rows; r++) {
 						float want = i16_ref(w + r * cols,
-						    x + t * cols, cols);
+						    x + t * cols, cols, bf16);
 
 						if (memcmp(&want, &y[t * rows + r], 4) != 0 &&
 						    bad++ == 0)
@@ -500,8 +510,8 @@ test_f16_i16(struct threadpool *pool)
 							    (long long)r, y[t * rows + r], want);
 					}
 			}
-			ok(bad == 0, "f16 i16 %lldx%lld %s: the bits of the plain "
-			    "C definition for 1, 2, 5 and 13 tokens", (long long)rows,
+			ok(bad == 0, "%s i16 %lldx%lld %s: the bits of the plain "
+			    "C definition for 1, 2, 5 and 13 tokens", tn, (long long)rows,
 			    (long long)cols, pk ? "packed" : "mapped");
 			qmat_free(m);
 		}
@@ -509,6 +519,38 @@ test_f16_i16(struct threadpool *pool)
 		free(w);
 		free(x);
 		free(y);
+	}
+}
+
+/*
+ * F16 weights on 16-bit integer dot products (and BF16 ones under AVX2):
+ * the bits of the definition (test_i16_bits); a NaN activation spoils
+ * only its own token; a matrix holding an infinity stays exact, as does
+ * any under bf16-dot yes.
+ */
+static void
+test_f16_i16(struct threadpool *pool)
+{
+	float			*x, *y, *ye;
+	uint16_t		*w;
+	struct qmat		*m;
+	char			*cause = NULL;
+	size_t			 k;
+	int			 flag, nan_ok;
+	int64_t			 r, rows, cols;
+
+	quant_allow_f16_i16(1);
+	test_i16_bits(pool, 0);
+	if (quant_isa() == QUANT_ISA_AVX2)
+		test_i16_bits(pool, 1);
+	else {
+		/* BF16 keeps the AVX-512 variant's own kernels. */
+		w = calloc(16 * 64, 2);
+		m = qmat_create(TT_BF16, 16, 64, w, &cause);
+		ok(m != NULL && qmat_i16(m) == 0, "bf16 i16: not under %s",
+		    quant_isa_name(quant_isa()));
+		qmat_free(m);
+		free(w);
 	}
 
 	/* A NaN activation: its token's outputs are NaN, the others' not. */
@@ -528,8 +570,8 @@ test_f16_i16(struct threadpool *pool)
 	if (m != NULL)
 		qmat_mul(pool, m, x, 3, y, rows);
 	for (r = 0; nan_ok && r < rows; r++)
-		nan_ok = isnan(y[rows + r]) && y[r] == i16_ref(w + r * cols, x, cols) &&
-		    y[2 * rows + r] == i16_ref(w + r * cols, x + 2 * cols, cols);
+		nan_ok = isnan(y[rows + r]) && y[r] == i16_ref(w + r * cols, x, cols, 0) &&
+		    y[2 * rows + r] == i16_ref(w + r * cols, x + 2 * cols, cols, 0);
 	ok(nan_ok, "f16 i16: a NaN activation makes its own token's outputs NaN");
 	qmat_free(m);
 
@@ -537,7 +579,7 @@ test_f16_i16(struct threadpool *pool)
 	w[rows * cols - 1] = 0x7c00;
 	x[cols + 40] = 1;
 	m = qmat_create(TT_F16, rows, cols, w, &cause);
-	flag = m != NULL ? qmat_f16_i16(m) : -1;
+	flag = m != NULL ? qmat_i16(m) : -1;
 	if (m != NULL)
 		qmat_mul(pool, m, x, 3, y, rows);
 	qmat_free(m);
@@ -545,17 +587,32 @@ test_f16_i16(struct threadpool *pool)
 	m = qmat_create(TT_F16, rows, cols, w, &cause);
 	if (m != NULL)
 		qmat_mul(pool, m, x, 3, ye, rows);
-	ok(flag == 0 && m != NULL && qmat_f16_i16(m) == 0 &&
+	ok(flag == 0 && m != NULL && qmat_i16(m) == 0 &&
 	    memcmp(y, ye, 3 * rows * sizeof *y) == 0,
 	    "f16 i16: a matrix holding an infinity stays exact (%d)", flag);
 	qmat_free(m);
+	if (quant_isa() == QUANT_ISA_AVX2) {
+		/* So does a BF16 one holding a NaN. */
+		quant_allow_f16_i16(1);
+		for (k = 0; k < (size_t)(rows * cols); k++)
+			w[k] = f32_to_bf16(ktu_uniform());
+		m = qmat_create(TT_BF16, rows, cols, w, &cause);
+		flag = m != NULL ? qmat_i16(m) : -1;
+		qmat_free(m);
+		w[5] = 0x7fc0;
+		m = qmat_create(TT_BF16, rows, cols, w, &cause);
+		ok(flag == 1 && m != NULL && qmat_i16(m) == 0,
+		    "bf16 i16: a matrix holding a NaN stays exact");
+		qmat_free(m);
+		quant_allow_f16_i16(0);
+	}
 
 	/* bf16-dot yes takes F16 to bf16 dot products instead. */
 	if (quant_bf16_dot_supported()) {
 		quant_allow_f16_i16(1);
 		quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
 		m = qmat_create(TT_F16, rows, cols, w, &cause);
-		ok(m != NULL && qmat_f16_i16(m) == 0,
+		ok(m != NULL && qmat_i16(m) == 0,
 		    "f16 i16: not under bf16 dot products for all");
 		qmat_free(m);
 		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
@@ -565,10 +622,11 @@ test_f16_i16(struct threadpool *pool)
 		double	rate;
 		int	on = quant_f16_i16_auto(&rate);
 
-		ok(quant_isa_supported(QUANT_ISA_AVX512) ? rate > 0.05 &&
+		ok(quant_isa_supported(QUANT_ISA_AVX2) ? rate > 0.05 &&
 		    rate < 20 && on == (rate >= 0.75) : rate == 0 && !on,
-		    "f16 i16 auto: vpdpwssd at %.2f of the multiply-add rate, %s",
-		    rate, on ? "on" : "off");
+		    "f16 i16 auto: %s at %.2f of the multiply-add rate, %s",
+		    quant_isa_supported(QUANT_ISA_AVX512) ? "vpdpwssd" :
+		    "vpmaddwd", rate, on ? "on" : "off");
 	}
 	quant_allow_f16_i16(0);
 	free(w);
@@ -839,26 +897,34 @@ main(void)
 		test_bf16_values(pool);
 	} else
 		diag("bf16 dot products: not supported by this CPU, skipped");
-	/* F16 on 16-bit integer dot products. */
-	if (quant_force_isa(QUANT_ISA_AVX512) == 0) {
+	/* F16 on 16-bit integer dot products, AVX-512 VNNI and AVX2. */
+	for (isa = QUANT_ISA_AVX512; isa >= QUANT_ISA_AVX2; isa--) {
+		if (quant_force_isa(isa) != 0) {
+			diag("f16 16-bit integer products on %s: not supported by "
+			    "this CPU, skipped", quant_isa_name(isa));
+			continue;
+		}
 		quant_allow_f16_i16(1);
 		i16_mode = 1;
 		for (j = 0; j < sizeof rowcounts / sizeof rowcounts[0]; j++)
-			test_shape(pool, QUANT_ISA_AVX512, TT_F16, rowcounts[j],
-			    j == 2 ? 768 : 512);
-		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 33, 75);
-		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 20, 75);
-		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 16, 1);
-		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 40, 2050);
-		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 150, 96);
+			test_shape(pool, isa, TT_F16, rowcounts[j], j == 2 ? 768 : 512);
+		test_shape(pool, isa, TT_F16, 33, 75);
+		test_shape(pool, isa, TT_F16, 20, 75);
+		test_shape(pool, isa, TT_F16, 16, 1);
+		test_shape(pool, isa, TT_F16, 40, 2050);
+		test_shape(pool, isa, TT_F16, 150, 96);
 		quant_allow_pack(0);
-		test_shape(pool, QUANT_ISA_AVX512, TT_F16, 37, 768);
+		test_shape(pool, isa, TT_F16, 37, 768);
 		quant_allow_pack(1);
+		if (isa == QUANT_ISA_AVX2) {
+			test_shape(pool, isa, TT_BF16, 33, 75);
+			test_shape(pool, isa, TT_BF16, 40, 2050);
+			test_shape(pool, isa, TT_BF16, 150, 96);
+		}
 		i16_mode = 0;
 		quant_allow_f16_i16(0);
 		test_f16_i16(pool);
-	} else
-		diag("f16 16-bit integer products: no AVX-512 VNNI, skipped");
+	}
 	quant_force_isa(QUANT_ISA_AUTO);
 	test_oversubscribed();
 	test_mul_n(pool);
