@@ -82,9 +82,11 @@ apply_math(const struct phased_config *conf)
 				log_info("bf16-dot auto: %s at %.2f of the "
 				    "multiply-add rate; %s", quant_isa() >=
 				    QUANT_ISA_AVX512 ? "vpdpwssd" : "vpmaddwd", rate,
-				    auto_i16 ?
+				    !auto_i16 ? "F16 weights exact" :
+				    quant_isa() >= QUANT_ISA_AVX512 ?
 				    "F16 weights take 16-bit integer dot products" :
-				    "F16 weights exact");
+				    "F16 and BF16 weights take 16-bit integer dot "
+				    "products");
 		}
 		quant_allow_f16_i16(auto_i16);
 		if (auto_which == -1) {

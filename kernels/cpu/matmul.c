@@ -283,7 +283,7 @@ qmat_bf16_values(const struct qmat *m)
 	return (m->bf16_values);
 }
 
-/* Whether F16 weights take 16-bit integer dot products. */
+/* Whether F16 (or, under AVX2, BF16) weights take 16-bit integer products. */
 int
 qmat_i16(const struct qmat *m)
 {

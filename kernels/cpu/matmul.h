@@ -27,7 +27,7 @@ int		 qmat_amx(const struct qmat *);
  * bf16 values (under bf16-dot auto, where the CPU has them).
  */
 int		 qmat_bf16_values(const struct qmat *);
-/* Whether F16 weights take 16-bit integer dot products (quant.h). */
+/* Whether F16 (or, under AVX2, BF16) weights take 16-bit integer products. */
 int		 qmat_i16(const struct qmat *);
 
 /*

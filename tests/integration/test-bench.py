@@ -236,16 +236,17 @@ if os.path.exists(PHASED_BENCH):
     p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-d", "-5"], capture_output=True)
     ok(p.returncode == 1 and b"-d" in p.stderr, "phased-bench -d -5: refused",
        p.stderr.decode())
-    # An F16 model: its matrices take 16-bit integer products by default
-    # where the CPU makes them pay, never under --exact.
-    f16 = os.path.join(BUILD, "test-bench-f16-%d.gguf" % os.getpid())
     synth = os.path.join(BUILD, "phased-synth")
-    p = subprocess.run([synth, "--shape", "tiny256", "--type", "F16", "--vocab", MODEL,
-                        "--layers", "1", "-o", f16], capture_output=True, timeout=300)
-    if ok(p.returncode == 0, "phased-synth writes an F16 model", p.stderr.decode()):
+
+    def int16_runs(path, tn):
+        """phased-bench of a TN (F16 or BF16) model by default and under
+        --exact: all of its TN matrices on 16-bit integer products or none
+        by default, none under --exact, and the report says which.  The
+        default run's JSON and the model's count of TN matrices."""
+        key = tn.lower()
         runs = {}
         for flag in ["--json", "--exact"]:
-            q = subprocess.run([PHASED_BENCH, "-m", f16, "-p", "16", "-n", "2", "-r", "1",
+            q = subprocess.run([PHASED_BENCH, "-m", path, "-p", "16", "-n", "2", "-r", "1",
                                 "-t", "1", "--json"] + ([flag] if flag != "--json" else []),
                                capture_output=True, timeout=300)
             try:
@@ -253,16 +254,26 @@ if os.path.exists(PHASED_BENCH):
             except ValueError:
                 runs[flag] = {}
         jd, jx = runs["--json"], runs["--exact"]
-        n = jd.get("f16_matrices", 0)
-        ok(n > 0 and jd.get("f16_int16") in (0, n) and jx.get("f16_int16") == 0 and
-           jx.get("f16_matrices") == n,
-           "phased-bench F16: %s of %d matrices on 16-bit integers by default, %s under "
-           "--exact" % (jd.get("f16_int16"), n, jx.get("f16_int16")))
-        q = subprocess.run([PHASED_BENCH, "-m", f16, "-p", "16", "-n", "2", "-r", "1",
+        n = jd.get(key + "_matrices", 0)
+        ok(n > 0 and jd.get(key + "_int16") in (0, n) and jx.get(key + "_int16") == 0 and
+           jx.get(key + "_matrices") == n,
+           "phased-bench %s: %s of %d matrices on 16-bit integers by default, %s under "
+           "--exact" % (tn, jd.get(key + "_int16"), n, jx.get(key + "_int16")))
+        q = subprocess.run([PHASED_BENCH, "-m", path, "-p", "16", "-n", "2", "-r", "1",
                             "-t", "1"], capture_output=True, timeout=300)
         out = q.stdout.decode()
-        ok(("F16 matrices on 16-bit integer products: %d of %d" % (n, n) in out) ==
-           (jd.get("f16_int16") == n), "phased-bench F16: the report says so", out)
+        ok(q.returncode == 0 and
+           ("%s matrices on 16-bit integer products: %d of %d" % (tn, n, n) in out) ==
+           (jd.get(key + "_int16") == n), "phased-bench %s: the report says so" % tn, out)
+        return jd, n
+
+    # An F16 model: its matrices take 16-bit integer products by default
+    # where the CPU makes them pay, never under --exact.
+    f16 = os.path.join(BUILD, "test-bench-f16-%d.gguf" % os.getpid())
+    p = subprocess.run([synth, "--shape", "tiny256", "--type", "F16", "--vocab", MODEL,
+                        "--layers", "1", "-o", f16], capture_output=True, timeout=300)
+    if ok(p.returncode == 0, "phased-synth writes an F16 model", p.stderr.decode()):
+        jd, n = int16_runs(f16, "F16")
         # The daemon decides as phased-bench does and logs it; bf16-dot no
         # keeps the model exact.  Either way it generates.
         want = "of %d F16 matrices take 16-bit integer dot products" % n
@@ -283,32 +294,11 @@ if os.path.exists(PHASED_BENCH):
                 d.cleanup()
     if os.path.exists(f16):
         os.unlink(f16)
-    # A BF16 model: on 16-bit integer products where only AVX2 serves (all
-    # of its matrices or none), never under --exact; the report says so.
+    # A BF16 model: on 16-bit integer products where only AVX2 serves.
     p = subprocess.run([synth, "--shape", "tiny256", "--type", "BF16", "--vocab", MODEL,
                         "--layers", "1", "-o", f16], capture_output=True, timeout=300)
     if ok(p.returncode == 0, "phased-synth writes a BF16 model", p.stderr.decode()):
-        runs = {}
-        for flag in ["--json", "--exact"]:
-            q = subprocess.run([PHASED_BENCH, "-m", f16, "-p", "16", "-n", "2", "-r", "1",
-                                "-t", "1", "--json"] + ([flag] if flag != "--json" else []),
-                               capture_output=True, timeout=300)
-            try:
-                runs[flag] = json.loads(q.stdout.decode())
-            except ValueError:
-                runs[flag] = {}
-        jd, jx = runs["--json"], runs["--exact"]
-        n = jd.get("bf16_matrices", 0)
-        ok(n > 0 and jd.get("bf16_int16") in (0, n) and jx.get("bf16_int16") == 0 and
-           jx.get("bf16_matrices") == n,
-           "phased-bench BF16: %s of %d matrices on 16-bit integers by default, %s under "
-           "--exact" % (jd.get("bf16_int16"), n, jx.get("bf16_int16")))
-        q = subprocess.run([PHASED_BENCH, "-m", f16, "-p", "16", "-n", "2", "-r", "1",
-                            "-t", "1"], capture_output=True, timeout=300)
-        out = q.stdout.decode()
-        ok(q.returncode == 0 and
-           ("BF16 matrices on 16-bit integer products: %d of %d" % (n, n) in out) ==
-           (jd.get("bf16_int16") == n), "phased-bench BF16: the report says so", out)
+        int16_runs(f16, "BF16")
     if os.path.exists(f16):
         os.unlink(f16)
     p = subprocess.run([PHASED_BENCH, "-m", "/nonexistent.gguf"], capture_output=True)
