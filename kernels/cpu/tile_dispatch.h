@@ -1,7 +1,7 @@
 /*
  * tile_dispatch.h: the switch from a tile's run-time shape to the
  * compile-time shapes of an always-inlined tile function, shared by the
- * repacked AVX-512 kernels.
+ * repacked AVX-512 kernels and the AVX2 16-bit integer ones.
  */
 #ifndef PHASED_TILE_DISPATCH_H
 #define PHASED_TILE_DISPATCH_H
