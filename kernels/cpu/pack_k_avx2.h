@@ -11,7 +11,9 @@
  * quant_pack_fn and quant_packed_fn of each type (see quant.h): tiles of
  * rows in groups of 8 (one row per vector lane) by up to PACK_K2_NR
  * tokens.  Q2_K and Q3_K read activations in ACT_PAIR16 and lay them out
- * once per tile for all its rows, so their tiles are PACK_K2_MR rows high;
+ * once per tile for all its rows, so their tiles are PACK_K2_MR rows high,
+ * for a decode step too (laid out again every 16 rows, they cost one-token
+ * Q3_K matrices up to an eighth of their time);
  * Q5_K and IQ4_XS read ACT_NATURAL and gain nothing from tiles higher
  * than pack_avx2.h's PACK2_MR (finer work items for the threads).  Any
  * multiple of 16 rows up to PACK_K2_MR works for all four.

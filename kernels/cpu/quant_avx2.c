@@ -820,6 +820,7 @@ quant_kernel_avx2(uint32_t type)
 		k.pfn = avx2_q2_k_packed;
 		k.pmax_cols = PACK_K2_MAX_COLS;
 		k.pmr = PACK_K2_MR;
+		k.smr = PACK_K2_MR;
 		k.pnr = PACK_K2_NR;
 		k.playout = ACT_PAIR16;
 		k.pfill = avx2_act_fill;
@@ -831,6 +832,7 @@ quant_kernel_avx2(uint32_t type)
 		k.pfn = avx2_q3_k_packed;
 		k.pmax_cols = PACK_K2_MAX_COLS;
 		k.pmr = PACK_K2_MR;
+		k.smr = PACK_K2_MR;
 		k.pnr = PACK_K2_NR;
 		k.playout = ACT_PAIR16;
 		k.pfill = avx2_act_fill;
