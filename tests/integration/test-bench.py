@@ -295,12 +295,13 @@ if os.path.exists(PHASED_BENCH):
     if os.path.exists(f16):
         os.unlink(f16)
     # A BF16 model: on 16-bit integer products where only AVX2 serves.
+    bf16 = os.path.join(BUILD, "test-bench-bf16-%d.gguf" % os.getpid())
     p = subprocess.run([synth, "--shape", "tiny256", "--type", "BF16", "--vocab", MODEL,
-                        "--layers", "1", "-o", f16], capture_output=True, timeout=300)
+                        "--layers", "1", "-o", bf16], capture_output=True, timeout=300)
     if ok(p.returncode == 0, "phased-synth writes a BF16 model", p.stderr.decode()):
-        int16_runs(f16, "BF16")
-    if os.path.exists(f16):
-        os.unlink(f16)
+        int16_runs(bf16, "BF16")
+    if os.path.exists(bf16):
+        os.unlink(bf16)
     p = subprocess.run([PHASED_BENCH, "-m", "/nonexistent.gguf"], capture_output=True)
     ok(p.returncode == 1 and b"nonexistent" in p.stderr, "phased-bench: missing model",
        p.stderr.decode())
