@@ -505,7 +505,8 @@ rate_run2(int i16, int n)
 
 /*
  * The issue rate of vpmaddwd with its vpaddd over that of vfmadd231ps on
- * the calling thread's core: the best of five short runs of each.
+ * the calling thread's core: the best of fifteen short runs of each, so
+ * that a preemption in one does not decide.
  */
 double
 float_avx2_i16_rate(void)
@@ -513,7 +514,7 @@ float_avx2_i16_rate(void)
 	double	f = 0, b = 0, t;
 	int	r;
 
-	for (r = 0; r < 5; r++) {
+	for (r = 0; r < 15; r++) {
 		t = rate_run2(0, 16384);
 		f = r == 0 || t < f ? t : f;
 		t = rate_run2(1, 16384);

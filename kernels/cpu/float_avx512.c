@@ -634,7 +634,7 @@ rate_run(int op, int n)
 
 /*
  * The issue rate of op over that of f32 multiply-adds on the calling
- * thread's core: the best of five short runs of each, so that a
+ * thread's core: the best of fifteen short runs of each, so that a
  * preemption in one does not decide.
  */
 static double
@@ -643,7 +643,7 @@ op_rate(int op)
 	double	f = 0, b = 0, t;
 	int	r;
 
-	for (r = 0; r < 5; r++) {
+	for (r = 0; r < 15; r++) {
 		t = rate_run(RATE_FMA_OP, 16384);
 		f = r == 0 || t < f ? t : f;
 		t = rate_run(op, 16384);

@@ -1133,7 +1133,7 @@ quant_f16_i16_auto(double *rate)
 		r = float_avx2_i16_rate();
 	if (rate != NULL)
 		*rate = r;
-	return (r >= 0.75);
+	return (r >= QUANT_I16_MIN_RATE);
 }
 
 /* Whether the CPU has AVX512-BF16 (on top of the AVX-512 variant). */

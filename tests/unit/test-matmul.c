@@ -623,7 +623,7 @@ test_f16_i16(struct threadpool *pool)
 		int	on = quant_f16_i16_auto(&rate);
 
 		ok(quant_isa_supported(QUANT_ISA_AVX2) ? rate > 0.05 &&
-		    rate < 20 && on == (rate >= 0.75) : rate == 0 && !on,
+		    rate < 20 && on == (rate >= QUANT_I16_MIN_RATE) : rate == 0 && !on,
 		    "f16 i16 auto: %s at %.2f of the multiply-add rate, %s",
 		    quant_isa_supported(QUANT_ISA_AVX512) ? "vpdpwssd" :
 		    "vpmaddwd", rate, on ? "on" : "off");
