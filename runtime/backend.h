@@ -104,6 +104,13 @@ struct backend_ops {
 	 * Optional: without it no cores are lent.
 	 */
 	int		(*borrow)(struct backend_inst *, int n_extra);
+	/*
+	 * Read every weight matrix a decode step reads once, without
+	 * arithmetic, where the forward pass would (model_read_weights);
+	 * returns the bytes read.  Optional: a benchmark's measure of how
+	 * close decode comes to the memory's pace.
+	 */
+	uint64_t	(*read_weights)(struct backend_inst *);
 };
 
 extern const struct backend_ops backend_cpu_ops;

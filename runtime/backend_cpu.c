@@ -126,6 +126,13 @@ cpu_borrow(struct backend_inst *bi, int n_extra)
 	return (threadpool_set_active(bi->tp, bi->n_own + n_extra));
 }
 
+/* Read the weights of one decode step on the instance's threads. */
+static uint64_t
+cpu_read_weights(struct backend_inst *bi)
+{
+	return (model_read_weights(bi->model, bi->tp));
+}
+
 const struct backend_ops backend_cpu_ops = {
 	.name = "cpu",
 	.create = cpu_create,
@@ -135,4 +142,5 @@ const struct backend_ops backend_cpu_ops = {
 	.forward = cpu_forward,
 	.kv_copy = cpu_kv_copy,
 	.borrow = cpu_borrow,
+	.read_weights = cpu_read_weights,
 };

@@ -564,6 +564,33 @@ model_set_ctx(struct model *m, uint32_t n_ctx, char **cause)
 	return (0);
 }
 
+/* Read the weights of one decode step once (model.h). */
+uint64_t
+model_read_weights(const struct model *m, struct threadpool *tp)
+{
+	const struct qmat	**ms;
+	uint64_t		  bytes;
+	uint32_t		  l;
+	int			  n = 0;
+
+	ms = xcalloc((size_t)m->info.n_layers * 7 + 1, sizeof *ms);
+	for (l = 0; l < m->info.n_layers; l++) {
+		const struct model_layer *ly = &m->layers[l];
+		const struct qmat *lm[] = { ly->wq, ly->wk, ly->wv, ly->wo,
+		    ly->w_gate, ly->w_up, ly->w_down };
+		size_t	i;
+
+		for (i = 0; i < sizeof lm / sizeof lm[0]; i++)
+			if (lm[i] != NULL)
+				ms[n++] = lm[i];
+	}
+	if (m->output != NULL)
+		ms[n++] = m->output;
+	bytes = qmat_read_n(tp, n, ms);
+	free(ms);
+	return (bytes);
+}
+
 /* A KV pool of n_blocks blocks laid out for this model. */
 struct kv_pool *
 model_kv_pool_create(const struct model *m, uint32_t n_blocks, char **cause)

@@ -109,6 +109,13 @@ int		 model_forward(const struct model *, struct kv_pool *,
 		    struct fwd_batch *, struct threadpool *tp, char **cause);
 
 /*
+ * Read once, without arithmetic, every weight matrix a decode step reads
+ * (each layer's and the output projection), on tp's threads as
+ * model_forward() would; returns the bytes read.  tp may be NULL.
+ */
+uint64_t	 model_read_weights(const struct model *, struct threadpool *tp);
+
+/*
  * Check a batch as model_forward() does before running anything: entries,
  * token ids, context, reserved blocks, no sequence twice, a pool laid out
  * for the model; *total gets the batch's token count.  Backends share it.

@@ -7,7 +7,10 @@
  * per forward pass after a short prefill), each repeated and reported as a
  * median with its spread.  It also states where the memory goes (mapped
  * model, KV pool, the rest) and the decode roofline: the weight bytes one
- * decode step must read, divided by the memory bandwidth.
+ * decode step must read, divided by the memory bandwidth.  On the CPU that
+ * bandwidth is measured by reading those weights alone on the same threads,
+ * and again before each generation run, so that each run's share of the
+ * memory's pace comes from the same moment of a machine whose speed drifts.
  */
 #include "config.h"
 
@@ -29,6 +32,7 @@
 #define PB_MAX_LIST	16
 #define PB_GEN_PREFILL	16	/* prompt tokens before a generation test */
 #define PB_MAX_TOKENS	65536
+#define PB_READ_PASSES	5	/* reads of the weights per probe, best kept */
 
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-d DEPTH] [-r REPS] [-t THREADS]\n"
@@ -65,6 +69,7 @@ struct pb_opts {
 	int		 reps;
 	int		 threads;
 	double		 bw_gbps;
+	int		 bw_given;	/* --bw: no measured roofline */
 	int		 json;
 	int		 bf16;		/* QUANT_BF16_DOT_*, -1: as the daemon */
 	const char	*backend;	/* "cpu" (default) or "cuda" */
@@ -85,6 +90,8 @@ struct pb_result {
 	double		 samples[64];
 	int		 n;
 	double		 median, min, max, mean, stddev;
+	double		 share[64];	/* read time x steps/s, per sample */
+	int		 n_share;
 };
 
 /* The state shared by the tests. */
@@ -98,6 +105,7 @@ struct pb {
 	int32_t			*tokens;	/* prompt ids */
 	float			*logits;
 	uint64_t		 gen_rss_kb;	/* VmRSS during generation */
+	uint64_t		 read_bytes;	/* what a read probe reads */
 };
 
 /* Print a usage or setup error and exit. */
@@ -220,6 +228,7 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 			if (parse_float(argv[++i], 0.001, 1e6, &o->bw_gbps, a,
 			    &cause) != 0)
 				pb_die("%s", cause);
+			o->bw_given = 1;
 		} else
 			pb_die("unknown option %s\n%s", a, pb_usage);
 	}
@@ -295,6 +304,14 @@ pb_cmp(const void *a, const void *b)
 	return ((x > y) - (x < y));
 }
 
+/* Median of n doubles (sorted in place). */
+static double
+pb_median(double *v, int n)
+{
+	qsort(v, n, sizeof *v, pb_cmp);
+	return (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+}
+
 /* Fill in the summary of a result's samples. */
 static void
 pb_summarize(struct pb_result *r)
@@ -303,11 +320,9 @@ pb_summarize(struct pb_result *r)
 	int	i;
 
 	memcpy(s, r->samples, r->n * sizeof *s);
-	qsort(s, r->n, sizeof *s, pb_cmp);
+	r->median = pb_median(s, r->n);
 	r->min = s[0];
 	r->max = s[r->n - 1];
-	r->median = r->n % 2 ? s[r->n / 2] : (s[r->n / 2 - 1] +
-	    s[r->n / 2]) / 2;
 	r->mean = 0;
 	for (i = 0; i < r->n; i++)
 		r->mean += s[i];
@@ -315,6 +330,28 @@ pb_summarize(struct pb_result *r)
 	for (i = 0; i < r->n; i++)
 		var += (s[i] - r->mean) * (s[i] - r->mean);
 	r->stddev = r->n > 1 ? sqrt(var / (r->n - 1)) : 0;
+}
+
+/*
+ * Nanoseconds the backend takes to read a decode step's weights alone, the
+ * best of PB_READ_PASSES reads, or 0 where it cannot say.
+ */
+static double
+pb_read_ns(struct pb *p)
+{
+	uint64_t	t0, best = 0;
+	int		i;
+
+	if (p->be->read_weights == NULL)
+		return (0);
+	for (i = 0; i < PB_READ_PASSES; i++) {
+		t0 = now_ns();
+		p->read_bytes = p->be->read_weights(p->bi);
+		t0 = now_ns() - t0;
+		if (i == 0 || t0 < best)
+			best = t0;
+	}
+	return ((double)best);
 }
 
 /*
@@ -403,8 +440,13 @@ static void
 pb_print(const struct pb_opts *o, const struct pb_result *r, int first)
 {
 	char	name[64];
+	double	sh[64], med = 0;
 	int	i;
 
+	if (r->n_share > 0) {
+		memcpy(sh, r->share, r->n_share * sizeof *sh);
+		med = pb_median(sh, r->n_share);
+	}
 	if (o->json) {
 		printf("%s{\"test\":\"%s\",\"n_tokens\":%d,\"batch\":%d,"
 		    "\"depth\":%d,\"reps\":%d,\"tps_median\":%.3f,"
@@ -414,7 +456,16 @@ pb_print(const struct pb_opts *o, const struct pb_result *r, int first)
 		    r->min, r->max, r->mean, r->stddev);
 		for (i = 0; i < r->n; i++)
 			printf("%s%.3f", i ? "," : "", r->samples[i]);
-		printf("]}");
+		printf("]");
+		if (r->n_share > 0) {
+			printf(",\"read_share_median\":%.4f,\"read_share_min\":"
+			    "%.4f,\"read_share_max\":%.4f,\"read_share\":[", med,
+			    sh[0], sh[r->n_share - 1]);
+			for (i = 0; i < r->n_share; i++)
+				printf("%s%.4f", i ? "," : "", r->share[i]);
+			printf("]");
+		}
+		printf("}");
 		return;
 	}
 	if (strcmp(r->test, "pp") == 0)
@@ -427,6 +478,10 @@ pb_print(const struct pb_opts *o, const struct pb_result *r, int first)
 		    " @ d%d", r->depth);
 	printf("%-18s %10.2f %10.2f %10.2f %9.2f %5d\n", name, r->median,
 	    r->min, r->max, r->stddev, r->n);
+	if (r->n_share > 0)
+		printf("  read share %.0f%% (%.0f-%.0f%%): steps/s times the "
+		    "time its weights take to read alone, just before each run\n",
+		    100 * med, 100 * sh[0], 100 * sh[r->n_share - 1]);
 	fflush(stdout);
 }
 
@@ -446,7 +501,7 @@ main(int argc, char **argv)
 	uint32_t		 blocks;
 	int			 i, k, pmax = 1, bmax = 1, ctx, pre, first = 1;
 	int			 attn_bf16, i16 = 0;
-	double			 roof;
+	double			 roof, read_ns, t_read;
 
 	pb_parse(argc, argv, &o);
 	memset(&p, 0, sizeof p);
@@ -509,7 +564,6 @@ main(int argc, char **argv)
 	kv_bytes = (uint64_t)p.n_blocks * kv_layout_block_bytes(&mi->kv);
 	map_bytes = p.m->gguf->size;
 	wbytes = pb_weight_bytes(p.m);
-	roof = o.bw_gbps * 1e9 / (double)wbytes;
 
 	k = o.depth + pmax > pre + bmax ? o.depth + pmax : pre + bmax;
 	p.tokens = xcalloc(k, sizeof *p.tokens);
@@ -517,6 +571,17 @@ main(int argc, char **argv)
 		p.tokens[i] = (int32_t)(3 + (uint64_t)i * 7919 %
 		    (mi->n_vocab > 3 ? mi->n_vocab - 3 : 1));
 	p.logits = xcalloc((size_t)bmax * mi->n_vocab, sizeof *p.logits);
+
+	/* Warm up: fault the weights in and start the threads. */
+	pb_pp_once(&p, 0, pmax < 16 ? pmax : 16);
+	rss_warm = pb_status_kb("VmRSS");
+	/* The roofline: the bandwidth given, or the weights read alone now. */
+	read_ns = o.bw_given ? 0 : pb_read_ns(&p);
+	if (read_ns > 0) {
+		o.bw_gbps = (double)p.read_bytes / read_ns;
+		roof = 1e9 / read_ns;
+	} else
+		roof = o.bw_gbps * 1e9 / (double)wbytes;
 
 	/* The CPU's attention kernel; other backends compute their own. */
 	attn_bf16 = strcmp(p.be->name, "cpu") == 0 && p.m->attn_bf16;
@@ -554,16 +619,19 @@ main(int argc, char **argv)
 		printf("attention: %s\n", attn_bf16 ? "bf16 dot products "
 		    "(queries, keys, values and weights rounded to bf16)" :
 		    "exact (f32 products)");
-		printf("decode roofline: %.1f MiB of weights read per step / "
-		    "%.1f GB/s = %.1f steps/s (tokens/s at batch 1)\n",
-		    wbytes / 1048576.0, o.bw_gbps, roof);
+		if (read_ns > 0)
+			printf("decode roofline: the %.1f MiB of weight matrices "
+			    "a step reads, read alone in %.2f ms (%.1f GB/s, best "
+			    "of %d) = %.1f steps/s (tokens/s at batch 1)\n",
+			    p.read_bytes / 1048576.0, read_ns / 1e6, o.bw_gbps,
+			    PB_READ_PASSES, roof);
+		else
+			printf("decode roofline: %.1f MiB of weights read per "
+			    "step / %.1f GB/s = %.1f steps/s (tokens/s at batch "
+			    "1)\n", wbytes / 1048576.0, o.bw_gbps, roof);
 		printf("%-18s %10s %10s %10s %9s %5s\n", "test (tokens/s)",
 		    "median", "min", "max", "stddev", "reps");
 	}
-
-	/* Warm up: fault the weights in and start the threads. */
-	pb_pp_once(&p, 0, pmax < 16 ? pmax : 16);
-	rss_warm = pb_status_kb("VmRSS");
 
 	for (i = 0; i < o.n_pp; i++) {
 		if (o.pp[i] == 0)
@@ -585,9 +653,15 @@ main(int argc, char **argv)
 		r.n_tokens = o.n_gen;
 		r.batch = o.batch[i];
 		r.depth = o.depth > 0 ? pre : 0;
-		for (k = 0; k < o.reps; k++)
+		for (k = 0; k < o.reps; k++) {
+			t_read = read_ns > 0 ? pb_read_ns(&p) : 0;
 			r.samples[r.n++] = pb_tg_once(&p, o.batch[i], pre,
 			    o.n_gen);
+			/* Its steps/s times the weights' read time. */
+			if (t_read > 0)
+				r.share[r.n_share++] = t_read / 1e9 *
+				    r.samples[r.n - 1] / o.batch[i];
+		}
 		pb_summarize(&r);
 		pb_print(&o, &r, first);
 		first = 0;
@@ -604,9 +678,11 @@ main(int argc, char **argv)
 		    PRIu64 ",\"rss_after_warmup_kb\":%" PRIu64 ",\"rss_during_generation_kb\":%" PRIu64 ","
 		    "\"hwm_end_kb\":%" PRIu64 ",\"overhead_bytes\":%" PRId64 "},"
 		    "\"roofline\":{\"weight_bytes_per_step\":%" PRIu64 ","
-		    "\"bandwidth_gbps\":%.3f,\"max_steps_per_s\":%.3f}}\n",
+		    "\"bandwidth_gbps\":%.3f,\"max_steps_per_s\":%.3f,"
+		    "\"measured\":%s,\"read_bytes\":%" PRIu64 ",\"read_ms\":%.6f}}\n",
 		    map_bytes, kv_bytes, p.n_blocks, rss_load, hwm_load,
-		    rss_warm, rss_gen, hwm_end, overhead, wbytes, o.bw_gbps, roof);
+		    rss_warm, rss_gen, hwm_end, overhead, wbytes, o.bw_gbps, roof,
+		    read_ns > 0 ? "true" : "false", p.read_bytes, read_ns / 1e6);
 	} else {
 		printf("memory: model mapped %.1f MiB, KV pool %.1f MiB "
 		    "(%u blocks)\n", map_bytes / 1048576.0,

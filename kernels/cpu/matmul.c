@@ -10,6 +10,7 @@
 #include "amx.h"
 #include "log.h"
 #include "matmul.h"
+#include "memread.h"
 #include "quant.h"
 #include "tensor_type.h"
 #include "threadpool.h"
@@ -38,7 +39,7 @@
  */
 #define AMX_MIN_TOKENS	64
 
-/* Threads that get a region of work items of their own (see take_chunk). */
+/* Threads that get a region of work items of their own (see take_item). */
 #define MUL_REGIONS	64
 
 /* Batches up to this many tokens walk the weights one row at a time. */
@@ -69,33 +70,33 @@ struct mul_part {
 	int64_t			 first;		/* its first item in the job */
 };
 
+/*
+ * Work items in one run of consecutive ones per thread: region i holds
+ * (back << 32 | front), items front..back-1 left to take.
+ */
+struct item_regions {
+	int			 n;
+	_Atomic uint64_t	 region[MUL_REGIONS];
+};
+
 struct mul_job {
 	struct mul_part		 part[QMAT_MUL_MAX];
 	int			 nparts;
 	int			 n_tok;
 	int64_t			 nchunks;	/* work items of all parts */
-	/*
-	 * Work items in one run of consecutive ones per thread: region i
-	 * holds (back << 32 | front), items front..back-1 left to take.
-	 */
-	int			 nregions;
-	_Atomic uint64_t	 region[MUL_REGIONS];
+	struct item_regions	 items;
 };
 
-/*
- * Split the job's work items into one region per thread (at most
- * MUL_REGIONS).
- */
+/* Split n work items into one region per thread (at most MUL_REGIONS). */
 static void
-regions_init(struct mul_job *job, int nth)
+regions_init(struct item_regions *it, int64_t n, int nth)
 {
 	int	i;
 
-	job->nregions = nth < MUL_REGIONS ? nth : MUL_REGIONS;
-	for (i = 0; i < job->nregions; i++)
-		atomic_init(&job->region[i],
-		    (uint64_t)(job->nchunks * (i + 1) / job->nregions) << 32 |
-		    (uint64_t)(job->nchunks * i / job->nregions));
+	it->n = nth < MUL_REGIONS ? nth : MUL_REGIONS;
+	for (i = 0; i < it->n; i++)
+		atomic_init(&it->region[i], (uint64_t)(n * (i + 1) / it->n) << 32 |
+		    (uint64_t)(n * i / it->n));
 }
 
 /*
@@ -105,20 +106,20 @@ regions_init(struct mul_job *job, int nth)
  * scheduler delays is not waited for.  -1 when none are left.
  */
 static int64_t
-take_chunk(struct mul_job *job, int ith)
+take_item(struct item_regions *it, int ith)
 {
 	uint64_t	v;
 	int		i, r;
 
-	for (i = 0; i < job->nregions; i++) {
-		r = (ith + i) % job->nregions;
-		v = atomic_load_explicit(&job->region[r], memory_order_relaxed);
+	for (i = 0; i < it->n; i++) {
+		r = (ith + i) % it->n;
+		v = atomic_load_explicit(&it->region[r], memory_order_relaxed);
 		while ((uint32_t)v < (uint32_t)(v >> 32)) {
 			if (i == 0) {
-				if (atomic_compare_exchange_weak_explicit(&job->region[r],
+				if (atomic_compare_exchange_weak_explicit(&it->region[r],
 				    &v, v + 1, memory_order_relaxed, memory_order_relaxed))
 					return ((int64_t)(uint32_t)v);
-			} else if (atomic_compare_exchange_weak_explicit(&job->region[r],
+			} else if (atomic_compare_exchange_weak_explicit(&it->region[r],
 			    &v, v - ((uint64_t)1 << 32), memory_order_relaxed,
 			    memory_order_relaxed))
 				return ((int64_t)(v >> 32) - 1);
@@ -386,7 +387,7 @@ plain_rows(const struct mul_part *p, int n_tok, int64_t r0, int64_t r1)
 
 /*
  * Take chunks of rows until none are left: a thread's own run of them
- * first, then what others have not reached (take_chunk), so a thread that
+ * first, then what others have not reached (take_item), so a thread that
  * the scheduler delays (the cores are shared) does not hold the others up.
  * A chunk is walked once per block of tokens small enough for the prepared
  * activations to stay in L2, so its weights stream from memory once per
@@ -400,7 +401,7 @@ mul_worker(void *arg, int ith, int nth)
 	int64_t			 c, r0, r1;
 	int			 i;
 
-	while ((c = take_chunk(job, ith)) >= 0) {
+	while ((c = take_item(&job->items, ith)) >= 0) {
 		for (i = job->nparts - 1; job->part[i].first > c; i--)
 			;
 		p = &job->part[i];
@@ -501,7 +502,7 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 		p->first = job.nchunks;
 		job.nchunks += (m->rows + p->chunk_rows - 1) / p->chunk_rows;
 	}
-	regions_init(&job, nth);
+	regions_init(&job.items, job.nchunks, nth);
 	threadpool_run_any(pool, mul_worker, &job);
 	free(owned);
 }
@@ -512,4 +513,82 @@ qmat_mul(struct threadpool *pool, const struct qmat *m, const float *X, int n_to
     float *Y, int64_t ldy)
 {
 	qmat_mul_n(pool, 1, &m, X, n_tok, &Y, &ldy);
+}
+
+/* Bytes of weights one work item of qmat_read_n reads. */
+#define READ_ITEM	((size_t)256 << 10)
+
+/* A qmat_read_n run: the matrices' streams cut into items. */
+struct read_job {
+	const uint8_t		*const *p;	/* per matrix, its weights */
+	const size_t		*len;		/* and their bytes */
+	const int64_t		*first;		/* its first item */
+	int			 n;
+	int			 isa;
+	struct item_regions	 items;
+	_Atomic uint64_t	 sink;		/* keeps the sums, so the loads */
+};
+
+/* Read items until none are left, as mul_worker takes its chunks. */
+static void
+read_worker(void *arg, int ith, int nth)
+{
+	struct read_job	*job = arg;
+	uint64_t	 s = 0;
+	int64_t		 c;
+	size_t		 off, len;
+	int		 i;
+
+	(void)nth;
+	while ((c = take_item(&job->items, ith)) >= 0) {
+		for (i = job->n - 1; job->first[i] > c; i--)
+			;
+		off = (size_t)(c - job->first[i]) * READ_ITEM;
+		len = job->len[i] - off < READ_ITEM ? job->len[i] - off : READ_ITEM;
+		s += mem_read_sum(job->isa, job->p[i] + off, len, 0);
+	}
+	atomic_fetch_add_explicit(&job->sink, s, memory_order_relaxed);
+}
+
+/*
+ * Read the weights products of the n matrices stream (the repacked copy,
+ * or the mapped rows) once, with plain vector loads and no arithmetic, on
+ * the pool's threads as qmat_mul_n shares out rows: a decode step's
+ * memory traffic alone.  Returns the bytes read.
+ */
+uint64_t
+qmat_read_n(struct threadpool *pool, int n, const struct qmat *const *ms)
+{
+	struct read_job	 job;
+	const uint8_t	**p;
+	size_t		*len;
+	int64_t		*first, items = 0;
+	uint64_t	 bytes = 0;
+	int		 i;
+
+	if (n < 1)
+		return (0);
+	p = xcalloc((size_t)n, sizeof *p);
+	len = xcalloc((size_t)n, sizeof *len);
+	first = xcalloc((size_t)n, sizeof *first);
+	for (i = 0; i < n; i++) {
+		p[i] = ms[i]->packed != NULL ? ms[i]->packed : ms[i]->data;
+		len[i] = ms[i]->packed != NULL ? ms[i]->packed_bytes :
+		    (size_t)ms[i]->rows * ms[i]->row_bytes;
+		first[i] = items;
+		items += (int64_t)((len[i] + READ_ITEM - 1) / READ_ITEM);
+		bytes += len[i];
+	}
+	memset(&job, 0, sizeof job);
+	job.p = p;
+	job.len = len;
+	job.first = first;
+	job.n = n;
+	job.isa = quant_isa();
+	regions_init(&job.items, items, threadpool_size(pool));
+	threadpool_run_any(pool, read_worker, &job);
+	free(p);
+	free(len);
+	free(first);
+	return (bytes);
 }

@@ -49,6 +49,14 @@ void	qmat_mul(struct threadpool *pool, const struct qmat *, const float *X, int 
 void	qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 	    const float *X, int n_tok, float *const *Ys, const int64_t *ldys);
 
+/*
+ * Read the weights that products of the n matrices stream (the repacked
+ * copy, or the mapped rows) once, with vector loads and no arithmetic, on
+ * the pool's threads: a decode step's memory traffic alone, for measuring
+ * how close the kernels come to it.  Returns the bytes read.
+ */
+uint64_t qmat_read_n(struct threadpool *pool, int n, const struct qmat *const *ms);
+
 /* Row r decoded to f32 (cols values), e.g. an embedding. */
 void	qmat_get_row(const struct qmat *, int64_t r, float *out);
 

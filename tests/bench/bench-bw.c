@@ -5,10 +5,10 @@
  * usage: bench-bw [-m MiB] [-r reps]
  *
  * Sums a large buffer (default 1 GiB, far beyond the last-level cache)
- * with AVX-512 loads (AVX2 where the CPU has no AVX-512: on a 2-core Zen
- * 3 the plain loop of 8-byte loads read a fifth less), in huge pages as
- * the repacked weights are, on 1 and 2 threads, with and without software
- * prefetch at a few distances, and prints the median GB/s of each.  Each
+ * with the loads of the kernels' variant (mem_read_sum: 512-bit under
+ * AVX-512, 256-bit under AVX2), in huge pages as the repacked weights
+ * are, on 1 and 2 threads, with and without software prefetch at a few
+ * distances, and prints the median GB/s of each.  Each
  * thread reads its own contiguous half, as the matrix kernels read their
  * own rows.  Then it times twelve independent chains of vector
  * multiply-adds (the accumulators of a float tile) on 1 and 2 threads and
@@ -28,6 +28,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+
+#include "memread.h"
+#include "quant.h"
 
 struct part {
 	const uint8_t	*p;
@@ -50,54 +53,6 @@ mono_ns(void)
 }
 
 #if defined(__x86_64__)
-/* Sum len bytes 256 at a time with four independent accumulators. */
-__attribute__((target("avx512f")))
-static double
-read_avx512(const uint8_t *p, size_t len, int pf)
-{
-	__m512i	a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-	size_t	i;
-
-	for (i = 0; i + 256 <= len; i += 256) {
-		if (pf != 0) {
-			_mm_prefetch((const char *)p + i + pf, _MM_HINT_T0);
-			_mm_prefetch((const char *)p + i + pf + 64, _MM_HINT_T0);
-			_mm_prefetch((const char *)p + i + pf + 128, _MM_HINT_T0);
-			_mm_prefetch((const char *)p + i + pf + 192, _MM_HINT_T0);
-		}
-		a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + i));
-		a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + i + 64));
-		a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 128));
-		a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 192));
-	}
-	a0 = _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3));
-	return ((double)_mm512_reduce_add_epi64(a0));
-}
-
-/* read_avx512 with 256-bit loads, for CPUs without AVX-512. */
-__attribute__((target("avx2")))
-static double
-read_avx2(const uint8_t *p, size_t len, int pf)
-{
-	__m256i	a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-	__m128i	h;
-	size_t	i;
-
-	for (i = 0; i + 128 <= len; i += 128) {
-		if (pf != 0) {
-			_mm_prefetch((const char *)p + i + pf, _MM_HINT_T0);
-			_mm_prefetch((const char *)p + i + pf + 64, _MM_HINT_T0);
-		}
-		a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-		a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-		a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-		a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-	}
-	a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-	h = _mm_add_epi64(_mm256_castsi256_si128(a0), _mm256_extracti128_si256(a0, 1));
-	return ((double)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)));
-}
-
 /* Multiply-adds per chain per call of the peak loops. */
 #define FMA_ITERS	20000000L
 
@@ -134,19 +89,6 @@ FMA_PEAK(fma_avx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, "+v")
 FMA_PEAK(fma_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, "+x")
 #endif
 
-/* Sum len bytes eight at a time (no AVX-512). */
-static double
-read_plain(const uint8_t *p, size_t len)
-{
-	const uint64_t	*q = (const uint64_t *)p;
-	uint64_t	 s = 0;
-	size_t		 i;
-
-	for (i = 0; i < len / 8; i++)
-		s += q[i];
-	return ((double)s);
-}
-
 /* Thread body: wait for the others, read the part, time it. */
 static void *
 part_run(void *arg)
@@ -161,13 +103,10 @@ part_run(void *arg)
 		pt->sum = fma_avx512(FMA_ITERS);
 	else if (pt->fma == 8)
 		pt->sum = fma_avx2(FMA_ITERS);
-	else if (__builtin_cpu_supports("avx512f"))
-		pt->sum = read_avx512(pt->p, pt->len, pt->pf);
-	else if (__builtin_cpu_supports("avx2"))
-		pt->sum = read_avx2(pt->p, pt->len, pt->pf);
 	else
 #endif
-		pt->sum = read_plain(pt->p, pt->len);
+		pt->sum = (double)mem_read_sum(quant_isa(), pt->p, pt->len,
+		    (size_t)pt->pf);
 	pt->secs = (double)(mono_ns() - t0) / 1e9;
 	return (NULL);
 }

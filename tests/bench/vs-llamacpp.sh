@@ -11,7 +11,10 @@
 # alternates by round), so slow phases of a noisy machine hit both.  The
 # table gives, for every prompt length of PP and for generation, medians,
 # min-max spread and the ratios of the medians, and the peak resident
-# memory (ru_maxrss) of each tool.
+# memory (ru_maxrss) of each tool.  With generation it also gives phased's
+# read share: each run's steps/s times the time its weights took to read
+# alone just before it (phased-bench(1)), the fraction of the memory's
+# pace that decode reached, measured at the same moment.
 #
 # Type names: F16, BF16 and the 32-element block types (Q8_0, Q4_0, Q4_1,
 # Q5_0, Q5_1) are llama-quantize's own (its default mixture keeps the
@@ -301,6 +304,10 @@ for _, label in tests:
     head += " phased %s | llama.cpp %s | ratio |" % (label, label)
     rule += "---:|---:|---:|"
 print()
+share = ng > 0
+if share:
+    head += " phased read share |"
+    rule += "---:|"
 print(head + " phased RSS MiB | llama.cpp RSS MiB |")
 print(rule + "---:|---:|")
 for t in types:
@@ -316,6 +323,8 @@ for t in types:
         for e in (pj or {}).get("results", []):
             k = "pp%d" % e["n_tokens"] if e["test"] == "pp" else "tg"
             s.setdefault(("p", k), []).extend(e.get("samples") or [e["tps_median"]])
+            if k == "tg":
+                s.setdefault("share", []).extend(e.get("read_share") or [])
         for k, n in (("lr", "llama"), ("pr", "phased")):
             v = rss(os.path.join(out, "%s-%s-%d.json" % (n, t, r)))
             if v is not None:
@@ -324,6 +333,10 @@ for t in types:
     for key, _ in tests:
         p, l = s.get(("p", key)), s.get(("l", key))
         row += " %s | %s | %s |" % (cell(p), cell(l), ratio(p, l))
+    if share:
+        v = s.get("share")
+        row += " %s |" % ("%.0f%% (%.0f-%.0f%%)" % (100 * statistics.median(v), 100 * min(v),
+                                                  100 * max(v)) if v else "-")
     row += " %s | %s |" % ("%.0f" % max(s["pr"]) if s.get("pr") else "-",
                            "%.0f" % max(s["lr"]) if s.get("lr") else "-")
     print(row)

@@ -188,7 +188,8 @@ if os.path.exists(PHASED_BENCH):
                         "-r", "2", "-t", "1"], capture_output=True, timeout=300)
     out = p.stdout.decode()
     ok(p.returncode == 0, "phased-bench exits 0", p.stderr.decode())
-    for name in ["pp32", "pp64", "tg8 batch 1", "tg8 batch 4", "roofline", "VmRSS"]:
+    for name in ["pp32", "pp64", "tg8 batch 1", "tg8 batch 4", "roofline", "read alone in",
+                 "read share", "VmRSS"]:
         ok(name in out, "phased-bench prints %s" % name, out)
     p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "16", "-n", "4", "-b", "2",
                         "-r", "3", "--json"], capture_output=True, timeout=300)
@@ -207,6 +208,34 @@ if os.path.exists(PHASED_BENCH):
     ok(j.get("memory", {}).get("kv_bytes", 0) > 0 and
        j.get("roofline", {}).get("weight_bytes_per_step", 0) > 0,
        "KV bytes and roofline reported")
+    # On the CPU the roofline is a read of the step's matrices, about the
+    # weights counted from the file (norms aside), and every generation run
+    # gets its share of it.
+    rl = j.get("roofline", {})
+    wb = rl.get("weight_bytes_per_step", 0)
+    ok(rl.get("measured") is True and 0.9 * wb <= rl.get("read_bytes", 0) <= 1.1 * wb and
+       rl.get("read_ms", 0) > 0 and
+       abs(rl.get("bandwidth_gbps", 0) - rl.get("read_bytes", 0) / rl.get("read_ms", 1) / 1e6)
+       <= 0.01 * rl.get("bandwidth_gbps", 1),
+       "roofline measured: %s bytes read in %s ms against %d counted" %
+       (rl.get("read_bytes"), rl.get("read_ms"), wb), json.dumps(rl))
+    tg = [r for r in res if r["test"] == "tg"]
+    ok(len(tg) == 1 and len(tg[0].get("read_share", [])) == 3 and
+       all(v > 0 for v in tg[0]["read_share"]) and
+       tg[0]["read_share_min"] <= tg[0]["read_share_median"] <= tg[0]["read_share_max"] and
+       all("read_share" not in r for r in res if r["test"] == "pp"),
+       "a read share per generation run, none for prompts", json.dumps(tg))
+    p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "0", "-n", "4", "-b", "1", "-r", "2",
+                        "-t", "1", "--bw", "20", "--json"], capture_output=True, timeout=300)
+    try:
+        jb = json.loads(p.stdout.decode())
+    except ValueError:
+        jb = {}
+    rl = jb.get("roofline", {})
+    ok(rl.get("measured") is False and rl.get("bandwidth_gbps") == 20 and
+       abs(rl.get("max_steps_per_s", 0) - 20e9 / rl.get("weight_bytes_per_step", 1)) < 0.01 and
+       all("read_share" not in r for r in jb.get("results", [])),
+       "--bw 20: that bandwidth, no read and no share", p.stdout.decode() + p.stderr.decode())
     # -d: the tests start with that many tokens in the KV cache.
     p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "16", "-n", "4", "-b", "1,2",
                         "-d", "40", "-r", "2", "-t", "1", "--json"],

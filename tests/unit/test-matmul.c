@@ -155,6 +155,7 @@ test_packed_vs_mapped(struct threadpool *pool, int isa, uint32_t type, int64_t r
 	float		*ym = malloc(n * rows * sizeof *ym);
 	float		*wf = malloc(rows * cols * sizeof *wf);
 	struct qmat	*mp, *mm;
+	const struct qmat *ms[2];
 	char		*cause = NULL;
 	int64_t		 r, c, bad = 0, groups = (rows + 15) / 16;
 	double		 worst = 0;
@@ -180,6 +181,14 @@ test_packed_vs_mapped(struct threadpool *pool, int isa, uint32_t type, int64_t r
 	    "%s %s %lldx%lld: repacked copy %zu bytes, within 4%% of %lld rows",
 	    in, ti->name, (long long)rows, (long long)cols, qmat_packed_bytes(mp),
 	    (long long)(groups * 16));
+	/* The read probe takes the copy of one and the mapped rows of the other. */
+	ms[0] = mp;
+	ms[1] = mm;
+	ok(qmat_read_n(pool, 2, ms) == qmat_packed_bytes(mp) + rows * rb &&
+	    qmat_read_n(NULL, 1, &ms[1]) == rows * rb,
+	    "%s %s %lldx%lld: qmat_read_n reads the copy (%zu bytes) and the rows "
+	    "(%zu)", in, ti->name, (long long)rows, (long long)cols,
+	    qmat_packed_bytes(mp), rows * rb);
 	qmat_mul(pool, mp, x, n, yp, rows);
 	qmat_mul(pool, mm, x, n, ym, rows);
 	for (t = 0; t < n; t++)
