@@ -586,7 +586,7 @@ model_read_weights(const struct model *m, struct threadpool *tp)
 	}
 	if (m->output != NULL)
 		ms[n++] = m->output;
-	bytes = qmat_read_n(tp, n, ms);
+	bytes = qmat_read_n(tp, n, ms, NULL);
 	free(ms);
 	return (bytes);
 }

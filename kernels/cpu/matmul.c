@@ -518,77 +518,84 @@ qmat_mul(struct threadpool *pool, const struct qmat *m, const float *X, int n_to
 /* Bytes of weights one work item of qmat_read_n reads. */
 #define READ_ITEM	((size_t)256 << 10)
 
+/* One matrix's stream in a qmat_read_n run. */
+struct read_span {
+	const uint8_t	*p;		/* its weights */
+	size_t		 len;		/* and their bytes */
+	int64_t		 first;		/* its first item */
+};
+
 /* A qmat_read_n run: the matrices' streams cut into items. */
 struct read_job {
-	const uint8_t		*const *p;	/* per matrix, its weights */
-	const size_t		*len;		/* and their bytes */
-	const int64_t		*first;		/* its first item */
+	const struct read_span	*span;
 	int			 n;
 	int			 isa;
 	struct item_regions	 items;
-	_Atomic uint64_t	 sink;		/* keeps the sums, so the loads */
+	_Atomic uint64_t	 sum;		/* the words read: the loads stay */
 };
 
 /* Read items until none are left, as mul_worker takes its chunks. */
 static void
 read_worker(void *arg, int ith, int nth)
 {
-	struct read_job	*job = arg;
-	uint64_t	 s = 0;
-	int64_t		 c;
-	size_t		 off, len;
-	int		 i;
+	struct read_job		*job = arg;
+	const struct read_span	*sp;
+	uint64_t		 s = 0;
+	int64_t			 c;
+	size_t			 off, len;
+	int			 i;
 
 	(void)nth;
 	while ((c = take_item(&job->items, ith)) >= 0) {
-		for (i = job->n - 1; job->first[i] > c; i--)
+		for (i = job->n - 1; job->span[i].first > c; i--)
 			;
-		off = (size_t)(c - job->first[i]) * READ_ITEM;
-		len = job->len[i] - off < READ_ITEM ? job->len[i] - off : READ_ITEM;
-		s += mem_read_sum(job->isa, job->p[i] + off, len, 0);
+		sp = &job->span[i];
+		off = (size_t)(c - sp->first) * READ_ITEM;
+		len = sp->len - off < READ_ITEM ? sp->len - off : READ_ITEM;
+		s += mem_read_sum(job->isa, sp->p + off, len, 0);
 	}
-	atomic_fetch_add_explicit(&job->sink, s, memory_order_relaxed);
+	atomic_fetch_add_explicit(&job->sum, s, memory_order_relaxed);
 }
 
 /*
  * Read the weights products of the n matrices stream (the repacked copy,
  * or the mapped rows) once, with plain vector loads and no arithmetic, on
  * the pool's threads as qmat_mul_n shares out rows: a decode step's
- * memory traffic alone.  Returns the bytes read.
+ * memory traffic alone.  Items start at multiples of 8 bytes into each
+ * stream, so *sum (when not NULL) is each stream's mem_read_sum added up.
+ * Returns the bytes read.
  */
 uint64_t
-qmat_read_n(struct threadpool *pool, int n, const struct qmat *const *ms)
+qmat_read_n(struct threadpool *pool, int n, const struct qmat *const *ms,
+    uint64_t *sum)
 {
-	struct read_job	 job;
-	const uint8_t	**p;
-	size_t		*len;
-	int64_t		*first, items = 0;
-	uint64_t	 bytes = 0;
-	int		 i;
+	struct read_job		 job;
+	struct read_span	*span;
+	int64_t			 items = 0;
+	uint64_t		 bytes = 0;
+	int			 i;
 
+	if (sum != NULL)
+		*sum = 0;
 	if (n < 1)
 		return (0);
-	p = xcalloc((size_t)n, sizeof *p);
-	len = xcalloc((size_t)n, sizeof *len);
-	first = xcalloc((size_t)n, sizeof *first);
+	span = xcalloc((size_t)n, sizeof *span);
 	for (i = 0; i < n; i++) {
-		p[i] = ms[i]->packed != NULL ? ms[i]->packed : ms[i]->data;
-		len[i] = ms[i]->packed != NULL ? ms[i]->packed_bytes :
+		span[i].p = ms[i]->packed != NULL ? ms[i]->packed : ms[i]->data;
+		span[i].len = ms[i]->packed != NULL ? ms[i]->packed_bytes :
 		    (size_t)ms[i]->rows * ms[i]->row_bytes;
-		first[i] = items;
-		items += (int64_t)((len[i] + READ_ITEM - 1) / READ_ITEM);
-		bytes += len[i];
+		span[i].first = items;
+		items += (int64_t)((span[i].len + READ_ITEM - 1) / READ_ITEM);
+		bytes += span[i].len;
 	}
 	memset(&job, 0, sizeof job);
-	job.p = p;
-	job.len = len;
-	job.first = first;
+	job.span = span;
 	job.n = n;
 	job.isa = quant_isa();
 	regions_init(&job.items, items, threadpool_size(pool));
 	threadpool_run_any(pool, read_worker, &job);
-	free(p);
-	free(len);
-	free(first);
+	if (sum != NULL)
+		*sum = atomic_load(&job.sum);
+	free(span);
 	return (bytes);
 }

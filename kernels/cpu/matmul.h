@@ -53,9 +53,12 @@ void	qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
  * Read the weights that products of the n matrices stream (the repacked
  * copy, or the mapped rows) once, with vector loads and no arithmetic, on
  * the pool's threads: a decode step's memory traffic alone, for measuring
- * how close the kernels come to it.  Returns the bytes read.
+ * how close the kernels come to it.  Returns the bytes read; *sum, when
+ * sum is not NULL, gets their sum as mem_read_sum (memread.h) gives it for
+ * each matrix's stream, which shows every byte read exactly once.
  */
-uint64_t qmat_read_n(struct threadpool *pool, int n, const struct qmat *const *ms);
+uint64_t qmat_read_n(struct threadpool *pool, int n, const struct qmat *const *ms,
+	    uint64_t *sum);
 
 /* Row r decoded to f32 (cols values), e.g. an embedding. */
 void	qmat_get_row(const struct qmat *, int64_t r, float *out);

@@ -184,8 +184,8 @@ test_packed_vs_mapped(struct threadpool *pool, int isa, uint32_t type, int64_t r
 	/* The read probe takes the copy of one and the mapped rows of the other. */
 	ms[0] = mp;
 	ms[1] = mm;
-	ok(qmat_read_n(pool, 2, ms) == qmat_packed_bytes(mp) + rows * rb &&
-	    qmat_read_n(NULL, 1, &ms[1]) == rows * rb,
+	ok(qmat_read_n(pool, 2, ms, NULL) == qmat_packed_bytes(mp) + rows * rb &&
+	    qmat_read_n(NULL, 1, &ms[1], NULL) == rows * rb,
 	    "%s %s %lldx%lld: qmat_read_n reads the copy (%zu bytes) and the rows "
 	    "(%zu)", in, ti->name, (long long)rows, (long long)cols,
 	    qmat_packed_bytes(mp), rows * rb);
@@ -713,6 +713,75 @@ out:
 	free(cause);
 }
 
+/* The bytes of a stream as 64-bit words, then single bytes at its end. */
+static uint64_t
+word_sum(const uint8_t *p, size_t len)
+{
+	uint64_t	s = 0, v;
+	size_t		i;
+
+	for (i = 0; i + 8 <= len; i += 8) {
+		memcpy(&v, p + i, 8);
+		s += v;
+	}
+	for (; i < len; i++)
+		s += p[i];
+	return (s);
+}
+
+/*
+ * qmat_read_n on mapped rows longer than one of its work items, one with a
+ * length that is no multiple of 8: every byte is read exactly once
+ * (their sum as words) by one thread or two, under every variant.
+ */
+static void
+test_read_sum(struct threadpool *pool)
+{
+	static const uint32_t	 types[2] = { TT_Q4_0, TT_Q8_0 };
+	static const int64_t	 rows[2] = { 30001, 300 }, cols[2] = { 32, 1024 };
+	const struct qmat	*ms[2];
+	struct qmat		*m[2] = { NULL };
+	uint8_t			*w[2] = { NULL };
+	uint64_t		 want = 0, got, got1, bytes, bytes1;
+	size_t			 rb[2], k;
+	char			*cause = NULL;
+	int			 i, isa;
+
+	quant_allow_pack(0);
+	for (i = 0; i < 2; i++) {
+		rb[i] = tensor_row_bytes(tensor_type_get(types[i]), cols[i]);
+		w[i] = malloc(rows[i] * rb[i]);
+		for (k = 0; k < (size_t)rows[i]; k++)
+			ktu_fill_row(types[i], w[i] + k * rb[i], cols[i]);
+		m[i] = qmat_create(types[i], rows[i], cols[i], w[i], &cause);
+		ms[i] = m[i];
+		want += word_sum(w[i], rows[i] * rb[i]);
+	}
+	quant_allow_pack(1);
+	if (!ok(m[0] != NULL && m[1] != NULL, "qmat_read_n: two mapped matrices made")) {
+		diag("%s", cause);
+		goto out;
+	}
+	for (isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+		if (quant_force_isa(isa) != 0)
+			continue;
+		bytes = qmat_read_n(pool, 2, ms, &got);
+		bytes1 = qmat_read_n(NULL, 2, ms, &got1);
+		ok(bytes == rows[0] * rb[0] + rows[1] * rb[1] && bytes1 == bytes &&
+		    got == want && got1 == want, "%s: qmat_read_n reads %llu bytes, each "
+		    "once (sum %llx, one thread %llx, want %llx)", quant_isa_name(isa),
+		    (unsigned long long)bytes, (unsigned long long)got,
+		    (unsigned long long)got1, (unsigned long long)want);
+	}
+	quant_force_isa(QUANT_ISA_AUTO);
+out:
+	for (i = 0; i < 2; i++) {
+		qmat_free(m[i]);
+		free(w[i]);
+	}
+	free(cause);
+}
+
 int
 main(void)
 {
@@ -937,6 +1006,7 @@ main(void)
 	quant_force_isa(QUANT_ISA_AUTO);
 	test_oversubscribed();
 	test_mul_n(pool);
+	test_read_sum(pool);
 	threadpool_destroy(pool);
 	done_testing();
 }
