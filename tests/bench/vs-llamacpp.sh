@@ -14,7 +14,10 @@
 # memory (ru_maxrss) of each tool.  With generation it also gives phased's
 # read share: each run's steps/s times the time its weights took to read
 # alone just before it (phased-bench(1)), the fraction of the memory's
-# pace that decode reached, measured at the same moment.
+# pace that decode reached, measured at the same moment; and llama.cpp's
+# read share, its runs' steps/s times the median read time of phased's
+# runs of the same round (the same file's weights read alone, a minute or
+# two apart): where it is near 100%, no engine can generate much faster.
 #
 # Type names: F16, BF16 and the 32-element block types (Q8_0, Q4_0, Q4_1,
 # Q5_0, Q5_1) are llama-quantize's own (its default mixture keeps the
@@ -306,25 +309,35 @@ for _, label in tests:
 print()
 share = ng > 0
 if share:
-    head += " phased read share |"
-    rule += "---:|"
+    head += " phased read share | llama.cpp read share |"
+    rule += "---:|---:|"
 print(head + " phased RSS MiB | llama.cpp RSS MiB |")
 print(rule + "---:|---:|")
 for t in types:
     s = {}
     for r in range(1, rounds + 1):
+        ltg, reads = [], []
         lj = load(os.path.join(out, "llama-%s-%d.json" % (t, r)))
         for e in lj or []:
             if e.get("n_prompt", 0) > 0 and e.get("n_gen", 0) == 0:
                 s.setdefault(("l", "pp%d" % e["n_prompt"]), []).extend(runs(e))
             elif e.get("n_gen", 0) > 0 and e.get("n_prompt", 0) == 0:
-                s.setdefault(("l", "tg"), []).extend(runs(e))
+                ltg = runs(e)
+                s.setdefault(("l", "tg"), []).extend(ltg)
         pj = load(os.path.join(out, "phased-%s-%d.json" % (t, r)))
         for e in (pj or {}).get("results", []):
             k = "pp%d" % e["n_tokens"] if e["test"] == "pp" else "tg"
             s.setdefault(("p", k), []).extend(e.get("samples") or [e["tps_median"]])
             if k == "tg":
-                s.setdefault("share", []).extend(e.get("read_share") or [])
+                sh = e.get("read_share") or []
+                s.setdefault("share", []).extend(sh)
+                # A run's read time: its share over its steps/s.
+                reads = [a / b for a, b in zip(sh, e.get("samples") or []) if b > 0]
+        # llama.cpp's share: its steps/s times the median read time of this
+        # round's phased runs (the same file's weights, read alone).
+        if ltg and reads:
+            rt = statistics.median(reads)
+            s.setdefault("lshare", []).extend(x * rt for x in ltg)
         for k, n in (("lr", "llama"), ("pr", "phased")):
             v = rss(os.path.join(out, "%s-%s-%d.json" % (n, t, r)))
             if v is not None:
@@ -333,8 +346,8 @@ for t in types:
     for key, _ in tests:
         p, l = s.get(("p", key)), s.get(("l", key))
         row += " %s | %s | %s |" % (cell(p), cell(l), ratio(p, l))
-    if share:
-        v = s.get("share")
+    for k in ("share", "lshare") if share else ():
+        v = s.get(k)
         row += " %s |" % ("%.0f%% (%.0f-%.0f%%)" % (100 * statistics.median(v), 100 * min(v),
                                                   100 * max(v)) if v else "-")
     row += " %s | %s |" % ("%.0f" % max(s["pr"]) if s.get("pr") else "-",
