@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "matmul.h"
+#include "memread.h"
 #include "quant.h"
 #include "tap.h"
 #include "tensor_type.h"
@@ -713,26 +714,11 @@ out:
 	free(cause);
 }
 
-/* The bytes of a stream as 64-bit words, then single bytes at its end. */
-static uint64_t
-word_sum(const uint8_t *p, size_t len)
-{
-	uint64_t	s = 0, v;
-	size_t		i;
-
-	for (i = 0; i + 8 <= len; i += 8) {
-		memcpy(&v, p + i, 8);
-		s += v;
-	}
-	for (; i < len; i++)
-		s += p[i];
-	return (s);
-}
-
 /*
  * qmat_read_n on mapped rows longer than one of its work items, one with a
- * length that is no multiple of 8: every byte is read exactly once
- * (their sum as words) by one thread or two, under every variant.
+ * length that is no multiple of 8: every byte is read exactly once (their
+ * sum as words equals the scalar mem_read_sum of each whole matrix) by one
+ * thread or two, under every variant.
  */
 static void
 test_read_sum(struct threadpool *pool)
@@ -753,9 +739,10 @@ test_read_sum(struct threadpool *pool)
 		w[i] = malloc(rows[i] * rb[i]);
 		for (k = 0; k < (size_t)rows[i]; k++)
 			ktu_fill_row(types[i], w[i] + k * rb[i], cols[i]);
-		m[i] = qmat_create(types[i], rows[i], cols[i], w[i], &cause);
+		if ((m[i] = qmat_create(types[i], rows[i], cols[i], w[i], &cause)) == NULL)
+			break;
 		ms[i] = m[i];
-		want += word_sum(w[i], rows[i] * rb[i]);
+		want += mem_read_sum(QUANT_ISA_SCALAR, w[i], rows[i] * rb[i], 0);
 	}
 	quant_allow_pack(1);
 	if (!ok(m[0] != NULL && m[1] != NULL, "qmat_read_n: two mapped matrices made")) {
