@@ -85,7 +85,8 @@ apply_math(const struct phased_config *conf)
 				    !auto_i16 ? "F16 weights exact" :
 				    quant_isa() >= QUANT_ISA_AVX512 ?
 				    "F16 weights take 16-bit integer dot products" :
-				    "F16 and BF16 weights take 16-bit integer dot "
+				    "F16 and BF16 weights, and the attention of "
+				    "quantized models, take 16-bit integer dot "
 				    "products");
 		}
 		quant_allow_f16_i16(auto_i16);

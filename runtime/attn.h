@@ -123,4 +123,20 @@ size_t	attn_avx2_scratch_floats(int n_tok, int grp, int head_dim);
  */
 void	attn_run_avx2(const struct attn_job *, float *scratch);
 
+/*
+ * Floats of scratch attn_run_i16 needs for jobs of up to n_tok tokens and
+ * grp heads of head_dim.
+ */
+size_t	attn_i16_scratch_floats(int n_tok, int grp, int head_dim);
+
+/*
+ * Run a job with AVX2 16-bit integer products (vpmaddwd; only after the
+ * CPU was checked as for attn_run_avx2): that kernel's algorithm and
+ * guarantees with the scaled queries and the keys as codes of their
+ * largest element at about 12 bits (head_dim 64 to 128), the values and
+ * the softmax weights at 12.5, the products summed exactly in 32-bit
+ * integers (see attn_i16.c).  The only kernel that reads KV_TYPE_I16 pools.
+ */
+void	attn_run_i16(const struct attn_job *, float *scratch);
+
 #endif

@@ -28,69 +28,7 @@
  */
 #include "config.h"
 
-#include <immintrin.h>
-#include <math.h>
-#include <string.h>
-
-#include "attn.h"
-
-#define KT	ATTN_KEY_TILE
-#define KVEC	(KT / 8)	/* vectors of scores per row */
-#define RB	6		/* rows per register block */
-#define QNV	2		/* vectors of keys per score pass */
-#define DNV	2		/* vectors of head_dim per value pass */
-
-#define AI	static inline __attribute__((always_inline))
-/* Loops over a block's rows and vectors unrolled, so they live in registers. */
-#define UNROLL	_Pragma("GCC unroll 16")
-
-/*
- * e^x for eight x <= 0: x = n ln 2 + r, |r| <= ln 2 / 2, and e^r = 1 + r q(r)
- * with the degree-5 polynomial of exp16 in attn_avx512.c.  The two FMA
- * pipes are what the softmax waits on, so the reduction is lean: x log2 e
- * is rounded to the integer n by adding 1.5 * 2^23 in the same FMA (the
- * sum's low mantissa bits then hold n, ready to shift), and r = x - n ln 2
- * is one FMA with ln 2 rounded to a float (an error of at most n * 1.9e-9
- * in r), which keeps the result within 2.8e-7 of e^x for x >= -20 and
- * 4.6e-7 down to -87.  AVX2 has no scalef, so 2^n goes into the exponent
- * bits: n << 23 added to e^r's.  The clamp at -87 keeps that exact:
- * n >= -126 and then r > 0, so e^r >= 1 and the sum stays a normal float
- * (e^-87 is about 1.6e-38); -inf, NaN and huge negative differences never
- * reach the reduction.  Callers zero the lanes that must be exactly 0.
- */
-AI __m256
-exp8(__m256 x)
-{
-	const __m256	magic = _mm256_set1_ps(12582912.0f);	/* 1.5 * 2^23 */
-	__m256		t, n, r, p;
-	__m256i		e;
-
-	x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-	t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504f), magic);
-	n = _mm256_sub_ps(t, magic);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182464599609f), x);
-	p = _mm256_set1_ps(0.008363774046301842f);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.04187985509634018f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.16666573286056519f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.4999934732913971f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-	e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
-	return (_mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p),
-	    e)));
-}
-
-/* The largest of eight floats. */
-AI float
-hmax8(__m256 m)
-{
-	__m128	a;
-
-	a = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-	a = _mm_max_ps(a, _mm_movehl_ps(a, a));
-	a = _mm_max_ss(a, _mm_movehdup_ps(a));
-	return (_mm_cvtss_f32(a));
-}
+#include "attn_avx2.h"
 
 /*
  * Scores of R rows (queries q, row stride hd) against key slots c0..c1-1
@@ -225,85 +163,6 @@ pv_block(int R, int NV, float *o, int ostr, const float *p, const float *v,
 	}
 }
 
-/*
- * One softmax step for R rows of scores s (stride KT) whose keys are slots
- * lo..hi-1 of the tile: soft-cap, mask the rest to -inf, raise the running
- * maxima mx, turn the scores into e^(s - max) in place, and rescale the
- * eight-lane running sums ls by the factors left in sc for the values.
- */
-static void
-softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
-    float *sc)
-{
-	const __m256	ninf = _mm256_set1_ps(-INFINITY);
-	const __m256i	lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	__m256		x[KVEC], keep[KVEC], m, mold, t, sum;
-	float		*sr, mnew, f;
-	int		 r, v, j;
-
-	for (r = 0; r < R; r++) {
-		sr = s + (size_t)r * KT;
-		if (cap != 0.0f) {
-			for (j = lo; j < hi; j++)
-				sr[j] = cap * tanhf(sr[j] / cap);
-		}
-		UNROLL
-		for (v = 0; v < KVEC; v++) {
-			x[v] = _mm256_loadu_ps(sr + 8 * v);
-			keep[v] = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-			if (lo > 8 * v || hi < 8 * v + 8) {
-				__m256i idx = _mm256_add_epi32(lane,
-				    _mm256_set1_epi32(8 * v));
-
-				keep[v] = _mm256_castsi256_ps(_mm256_andnot_si256(
-				    _mm256_cmpgt_epi32(_mm256_set1_epi32(lo), idx),
-				    _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), idx)));
-				x[v] = _mm256_blendv_ps(ninf, x[v], keep[v]);
-			}
-		}
-		m = x[0];
-		UNROLL
-		for (v = 1; v < KVEC; v++)
-			m = _mm256_max_ps(m, x[v]);
-		/*
-		 * e^0 is exactly 1: skip it while the maximum holds, and the
-		 * reduction too when no lane passes it (most tiles after the
-		 * first few).
-		 */
-		mold = _mm256_set1_ps(mx[r]);
-		sc[r] = 1.0f;
-		if (_mm256_movemask_ps(_mm256_cmp_ps(m, mold, _CMP_GT_OQ)) != 0) {
-			f = hmax8(m);
-			mnew = mx[r] > f ? mx[r] : f;
-			if (mnew != mx[r]) {
-				sc[r] = mx[r] == -INFINITY ? 0.0f :
-				    _mm256_cvtss_f32(exp8(_mm256_set1_ps(
-				    mx[r] - mnew)));
-				mx[r] = mnew;
-				mold = _mm256_set1_ps(mnew);
-			}
-		}
-		UNROLL
-		for (v = 0; v < KVEC; v++) {
-			if (8 * v >= hi || 8 * v + 8 <= lo) {
-				x[v] = _mm256_setzero_ps();	/* not read */
-				continue;
-			}
-			x[v] = exp8(_mm256_sub_ps(x[v], mold));
-			if (lo > 8 * v || hi < 8 * v + 8)	/* masked: 0 */
-				x[v] = _mm256_and_ps(x[v], keep[v]);
-			_mm256_storeu_ps(sr + 8 * v, x[v]);
-		}
-		sum = x[0];
-		UNROLL
-		for (v = 1; v < KVEC; v++)
-			sum = _mm256_add_ps(sum, x[v]);
-		t = _mm256_loadu_ps(ls + (size_t)8 * r);
-		if (sc[r] != 1.0f)
-			t = _mm256_mul_ps(t, _mm256_set1_ps(sc[r]));
-		_mm256_storeu_ps(ls + (size_t)8 * r, _mm256_add_ps(t, sum));
-	}
-}
 
 /* The working state of one job. */
 struct attn_st {
@@ -355,126 +214,6 @@ rows_step(void *arg, int r0, int nr, int lo, int hi)
 	}
 }
 
-/* n (0..8) halves to floats at dst; F16C converts exactly. */
-AI void
-h2f_n(float *dst, const uint16_t *src, int n)
-{
-	uint16_t	h[8];
-	float		f[8];
-
-	if (n == 8) {
-		_mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm_loadu_si128(
-		    (const __m128i *)src)));
-		return;
-	}
-	memset(h, 0, sizeof h);
-	memcpy(h, src, (size_t)n * sizeof *h);
-	_mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
-	memcpy(dst, f, (size_t)n * sizeof *f);
-}
-
-/*
- * Keys and values of positions t0+x0..t0+tn-1 into the f32 tiles, from the
- * pages that hold them; the other key slots are zeroed (never seen, but
- * kept finite and normal).
- */
-static void
-gather(struct attn_st *st, uint32_t t0, int x0, int tn)
-{
-	const struct attn_job	*j = st->j;
-	const struct kv_pool	*pool = j->pool;
-	const int		 bs = (int)pool->layout.block_size, hd = st->hd;
-	const int		 f16 = pool->layout.type == KV_TYPE_F16;
-	uint32_t		 p, blk;
-	int			 x, len, slot, d, y, n, i;
-
-	for (x = x0; x < tn; x += len) {
-		p = t0 + (uint32_t)x;
-		blk = j->blocks[p / bs];
-		slot = (int)(p % bs);
-		len = bs - slot < tn - x ? bs - slot : tn - x;
-		if (f16) {
-			const uint16_t *kb = kv_block_k(pool, blk, j->layer,
-			    j->kv_head);
-			const uint16_t *vb = kv_block_v(pool, blk, j->layer,
-			    j->kv_head);
-
-			for (d = 0; d < hd; d++)
-				for (y = 0; y < len; y += 8) {
-					n = len - y < 8 ? len - y : 8;
-					h2f_n(st->k + (size_t)d * KT + x + y,
-					    kb + (size_t)d * bs + slot + y, n);
-				}
-			for (i = 0; i < len; i++)
-				for (y = 0; y < hd; y += 8) {
-					n = hd - y < 8 ? hd - y : 8;
-					h2f_n(st->v + (size_t)(x + i) * st->hdp + y,
-					    vb + (size_t)(slot + i) * hd + y, n);
-				}
-		} else {
-			const float *kb = kv_block_k(pool, blk, j->layer,
-			    j->kv_head);
-			const float *vb = kv_block_v(pool, blk, j->layer,
-			    j->kv_head);
-
-			for (d = 0; d < hd; d++)
-				memcpy(st->k + (size_t)d * KT + x, kb +
-				    (size_t)d * bs + slot, (size_t)len *
-				    sizeof(float));
-			for (i = 0; i < len; i++)
-				memcpy(st->v + (size_t)(x + i) * st->hdp, vb +
-				    (size_t)(slot + i) * hd, (size_t)hd *
-				    sizeof(float));
-		}
-	}
-	if (x0 > 0 || tn < KT)
-		for (d = 0; d < hd; d++) {
-			memset(st->k + (size_t)d * KT, 0, (size_t)x0 *
-			    sizeof(float));
-			memset(st->k + (size_t)d * KT + tn, 0,
-			    (size_t)(KT - tn) * sizeof(float));
-		}
-}
-
-/*
- * Ask for the pages of positions t0..t0+tn-1 in the second-level cache:
- * the next tile's keys and values arrive while this tile is worked on.
- */
-static void
-prefetch_tile(const struct attn_st *st, uint32_t t0, int tn)
-{
-	const struct attn_job	*j = st->j;
-	const struct kv_pool	*pool = j->pool;
-	const uint32_t		 bs = pool->layout.block_size;
-	const size_t		 bytes = (size_t)st->hd * bs * pool->elem_size;
-	const char		*k, *v;
-	uint32_t		 p;
-	size_t			 o;
-
-	for (p = t0 - t0 % bs; p < t0 + (uint32_t)tn; p += bs) {
-		k = kv_block_k(pool, j->blocks[p / bs], j->layer, j->kv_head);
-		v = kv_block_v(pool, j->blocks[p / bs], j->layer, j->kv_head);
-		for (o = 0; o < bytes; o += 64) {
-			_mm_prefetch(k + o, _MM_HINT_T1);
-			_mm_prefetch(v + o, _MM_HINT_T1);
-		}
-	}
-}
-
-/* Round a float count up to whole 64-byte lines. */
-static size_t
-lines(size_t n)
-{
-	return ((n + 15) & ~(size_t)15);
-}
-
-/* Round a float count up to whole vectors. */
-static size_t
-vecs(size_t n)
-{
-	return ((n + 7) & ~(size_t)7);
-}
-
 /* Floats of scratch for jobs of up to n_tok tokens of grp heads of hd. */
 size_t
 attn_avx2_scratch_floats(int n_tok, int grp, int hd)
@@ -493,11 +232,10 @@ attn_run_avx2(const struct attn_job *j, float *scratch)
 	const int	 hd = (int)j->pool->layout.head_dim, grp = j->grp;
 	const int	 nq = j->n_tok * grp;
 	const uint32_t	 last = j->pos0 + j->n_tok - 1, win = j->win;
-	const __m256	 qs8 = _mm256_set1_ps(j->qscale);
 	struct attn_st	 st;
 	uint32_t	 first, t0;
-	int		 kt, tn, t, r, d;
-	float		*f, l;
+	int		 kt, tn, t, r;
+	float		*f;
 
 	st.j = j;
 	st.hd = hd;
@@ -511,19 +249,9 @@ attn_run_avx2(const struct attn_job *j, float *scratch)
 	st.v = st.k + lines((size_t)hd * KT);
 	st.s = st.v + lines((size_t)KT * st.hdp);
 
-	/* Scalar tails multiply and divide as the vector lanes do. */
 	for (t = 0; t < j->n_tok; t++)
-		for (r = 0; r < grp; r++) {
-			const float *q = j->q + (size_t)t * j->stride +
-			    (size_t)r * hd;
-			float *qs = st.q + (size_t)(t * grp + r) * hd;
-
-			for (d = 0; d + 8 <= hd; d += 8)
-				_mm256_storeu_ps(qs + d, _mm256_mul_ps(
-				    _mm256_loadu_ps(q + d), qs8));
-			for (; d < hd; d++)
-				qs[d] = q[d] * j->qscale;
-		}
+		for (r = 0; r < grp; r++)
+			scaled_query(j, t, r, st.q + (size_t)(t * grp + r) * hd);
 	memset(st.o, 0, (size_t)nq * st.hdp * sizeof(float));
 	memset(st.ls, 0, (size_t)nq * 8 * sizeof(float));
 	for (r = 0; r < nq; r++)
@@ -535,29 +263,13 @@ attn_run_avx2(const struct attn_job *j, float *scratch)
 	for (kt = (int)(first / KT); kt <= (int)(last / KT); kt++) {
 		t0 = (uint32_t)kt * KT;
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
-		gather(&st, t0, first > t0 ? (int)(first - t0) : 0, tn);
+		gather(j, st.k, st.v, st.hdp, t0, first > t0 ?
+		    (int)(first - t0) : 0, tn);
 		if (last >= t0 + KT)
-			prefetch_tile(&st, t0 + KT, last - (t0 + KT) + 1 < KT ?
+			prefetch_tile(j, t0 + KT, last - (t0 + KT) + 1 < KT ?
 			    (int)(last - (t0 + KT) + 1) : KT);
 		attn_tile_rows(j, t0, rows_step, &st);
 	}
 
-	for (t = 0; t < j->n_tok; t++)
-		for (r = 0; r < grp; r++) {
-			const int	 qi = t * grp + r;
-			const float	*o = st.o + (size_t)qi * st.hdp;
-			float		*out = j->out + (size_t)t * j->stride +
-			    (size_t)r * hd;
-			__m256		 lv;
-
-			l = 0.0f;
-			for (d = 0; d < 8; d++)
-				l += st.ls[(size_t)8 * qi + d];
-			lv = _mm256_set1_ps(l);
-			for (d = 0; d + 8 <= hd; d += 8)
-				_mm256_storeu_ps(out + d, _mm256_div_ps(
-				    _mm256_loadu_ps(o + d), lv));
-			for (; d < hd; d++)
-				out[d] = o[d] / l;
-		}
+	store_out(j, st.o, st.hdp, st.ls);
 }

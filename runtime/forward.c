@@ -310,8 +310,11 @@ attn_scratch_floats(const struct model_info *i)
 		    (int)(i->n_head / i->n_head_kv), (int)hd);
 	size_t	n256 = attn_avx2_scratch_floats(ATTN_JOB_TOKENS,
 		    (int)(i->n_head / i->n_head_kv), (int)hd);
+	size_t	n16 = attn_i16_scratch_floats(ATTN_JOB_TOKENS,
+		    (int)(i->n_head / i->n_head_kv), (int)hd);
 
 	n = n > n512 ? n : n512;
+	n = n > n16 ? n : n16;
 	return (n > n256 ? n : n256);
 }
 
@@ -459,7 +462,11 @@ attn_task_tiled(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	j.qscale = c->m->hp.q_scale;
 	j.cap = c->m->hp.attn_softcap;
 	j.win = c->m->layers[c->layer].swa ? mi->n_swa : 0;
-	if (c->avx512 && c->m->attn_bf16)
+	/* An I16 pool is made only for the 16-bit integer kernel. */
+	if (c->pool->layout.type == KV_TYPE_I16 ||
+	    (c->avx2 && c->m->attn_i16))
+		attn_run_i16(&j, scratch);
+	else if (c->avx512 && c->m->attn_bf16)
 		attn_run_bf16(&j, scratch);
 	else if (c->avx512)
 		attn_run_avx512(&j, scratch);
@@ -511,7 +518,10 @@ kv_store(struct fwd_ctx *c, const float *k, const float *v)
 				const float *ks = k + row * kvd + g * hd;
 				const float *vs = v + row * kvd + g * hd;
 
-				if (pool->layout.type == KV_TYPE_F16) {
+				if (pool->layout.type == KV_TYPE_I16) {
+					kv_put_i16(pool, blk, slot, c->layer, g,
+					    ks, vs);
+				} else if (pool->layout.type == KV_TYPE_F16) {
 					uint16_t *kd = kv_block_k(pool, blk,
 					    c->layer, g);
 					uint16_t *vd = kv_block_v(pool, blk,
@@ -553,6 +563,11 @@ model_batch_check(const struct model_info *mi, const struct kv_pool *pool,
 		    "fit the model (%u layers, %u heads of %u)", l->n_layers,
 		    l->n_kv_heads, l->head_dim, mi->kv.n_layers,
 		    mi->kv.n_kv_heads, mi->kv.head_dim);
+		return (-1);
+	}
+	if (l->type == KV_TYPE_I16 && !quant_isa_supported(QUANT_ISA_AVX2)) {
+		set_cause(cause, "kv pool of 16-bit codes needs AVX2 attention, "
+		    "which this CPU lacks");
 		return (-1);
 	}
 	if (b->n_seqs < 0 || (b->n_seqs > 0 && b->entries == NULL)) {

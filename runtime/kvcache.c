@@ -1,5 +1,6 @@
 /* kvcache.c: the paged key/value cache: block pool and block tables. */
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,11 +65,78 @@ kv_layout_check(const struct kv_layout *l, char **cause)
 		    l->block_size, KV_BLOCK_SIZE_ALIGN);
 		return (-1);
 	}
-	if (l->type != KV_TYPE_F16 && l->type != KV_TYPE_F32) {
-		set_cause(cause, "kv type %u is neither F16 nor F32", l->type);
+	if (l->type != KV_TYPE_F16 && l->type != KV_TYPE_F32 &&
+	    l->type != KV_TYPE_I16) {
+		set_cause(cause, "kv type %u is not F16, F32 or I16", l->type);
+		return (-1);
+	}
+	if (l->type == KV_TYPE_I16 && l->head_dim % 2 != 0) {
+		set_cause(cause, "kv type I16 needs an even head_dim, not %u",
+		    l->head_dim);
 		return (-1);
 	}
 	return (0);
+}
+
+/* The largest key code of I16 for head_dim (see kvcache.h). */
+int
+kv_i16_kmax(uint32_t head_dim)
+{
+	int	m = (int)sqrt((double)INT32_MAX / (double)(head_dim > 0 ?
+		    head_dim : 1));
+
+	return (m > 32767 ? 32767 : m);
+}
+
+/*
+ * The codes of n floats x, largest code lim, into c, and their scale: 0
+ * for all zeros, NaN where any is not finite (a score or output made from
+ * it is then NaN, as in f32).
+ */
+static float
+i16_codes(const float *x, uint32_t n, int lim, int16_t *c)
+{
+	float		m = 0.0f, inv;
+	uint32_t	i;
+
+	for (i = 0; i < n; i++) {
+		if (!isfinite(x[i])) {
+			memset(c, 0, n * sizeof *c);
+			return (NAN);
+		}
+		if (fabsf(x[i]) > m)
+			m = fabsf(x[i]);
+	}
+	inv = m > 0.0f ? (float)lim / m : 0.0f;
+	for (i = 0; i < n; i++) {
+		long	q = lrintf(x[i] * inv);
+
+		c[i] = (int16_t)(q > lim ? lim : q < -lim ? -lim : q);
+	}
+	return (m / (float)lim);
+}
+
+/* Store a key and a value in an I16 pool (kvcache.h). */
+void
+kv_put_i16(struct kv_pool *p, uint32_t block, uint32_t slot,
+    uint32_t layer, uint32_t head, const float *k, const float *v)
+{
+	const uint32_t	 hd = p->layout.head_dim, bs = p->layout.block_size;
+	int16_t		*kc = kv_block_k(p, block, layer, head);
+	int16_t		*vc = kv_block_v(p, block, layer, head);
+	int16_t		 c[KV_MAX_HEAD_DIM];
+	uint32_t	 d;
+
+	/* Dimension d of the key: pair row d / 2, the slot's pair, half d % 2. */
+	kv_block_kscale(p, block, layer, head)[slot] = i16_codes(k, hd,
+	    kv_i16_kmax(hd), c);
+	for (d = 0; d < hd; d++)
+		kc[((size_t)(d / 2) * bs + slot) * 2 + d % 2] = c[d];
+	/* Dimension d of the value: pair row slot / 2, pair d, half slot % 2. */
+	kv_block_vscale(p, block, layer, head)[slot] = i16_codes(v, hd,
+	    KV_I16_VMAX, c);
+	for (d = 0; d < hd; d++)
+		vc[((size_t)(slot / 2) * hd + d) * 2 + slot % 2] = c[d];
 }
 
 /* Bytes of one block for a (checked) layout. */
@@ -76,9 +144,10 @@ size_t
 kv_layout_block_bytes(const struct kv_layout *l)
 {
 	size_t	elem = l->type == KV_TYPE_F32 ? 4 : 2;
+	size_t	scales = l->type == KV_TYPE_I16 ? 2 * sizeof(float) : 0;
 
-	return ((size_t)l->n_layers * 2 * l->n_kv_heads * l->head_dim *
-	    l->block_size * elem);
+	return ((size_t)l->n_layers * l->n_kv_heads * l->block_size *
+	    (2 * l->head_dim * elem + scales));
 }
 
 /* Create a pool of n_blocks zeroed blocks in host memory. */
@@ -109,7 +178,9 @@ kv_pool_create(const struct kv_layout *l, uint32_t n_blocks, char **cause)
 	p->elem_size = l->type == KV_TYPE_F32 ? 4 : 2;
 	p->block_bytes = bb;
 	p->layer_bytes = bb / l->n_layers;
-	p->v_offset = p->layer_bytes / 2;
+	p->v_offset = (size_t)l->n_kv_heads * l->head_dim * l->block_size *
+	    p->elem_size;
+	p->s_offset = 2 * p->v_offset;
 	/* Large pools come from calloc's mmap: pages are zero until touched. */
 	p->data = calloc(n_blocks, bb);
 	if (p->data == NULL) {

@@ -19,6 +19,16 @@
  * Keys are transposed so attention scores a whole block of slots with one
  * loop running along the slots, and values are in rows so the weighted sum
  * runs along head_dim; both loops vectorize without reassociating sums.
+ *
+ * KV_TYPE_I16 holds 16-bit integer codes for the 16-bit integer attention
+ * kernel (attn_i16.c), in pairs as its products take them, then one float
+ * scale per key and per value:
+ *	K: [kv_head][head_dim / 2][block_size] of (dimension 2i, 2i + 1)
+ *	V: [kv_head][block_size / 2][head_dim] of (slot 2j, 2j + 1)
+ *	K scales: [kv_head][block_size], then V scales: [kv_head][block_size]
+ * A key's codes are round(k / scale) with scale = max |k| /
+ * kv_i16_kmax(head_dim), a value's the same with KV_I16_VMAX: each is
+ * stored once as the kernel multiplies it, not converted by every job.
  */
 
 #define KV_BLOCK_SIZE_DEFAULT	16
@@ -26,25 +36,35 @@
 #define KV_BLOCK_SIZE_MAX	256
 #define KV_BLOCK_SIZE_ALIGN	8	/* block_size must be a multiple */
 
-/* The element type of keys and values: a tensor_type number. */
+/* The element type of keys and values (F32 and F16: tensor_type numbers). */
 #define KV_TYPE_F32		0	/* TT_F32 */
 #define KV_TYPE_F16		1	/* TT_F16 */
+#define KV_TYPE_I16		2	/* 16-bit codes and scales (see above) */
+
+/*
+ * The largest code of a key (so that head_dim products of query and key
+ * codes sum in 31 bits) and of a value (so that a key tile's 64 products
+ * of weight and value codes do).
+ */
+#define KV_I16_VMAX		5792
+int		 kv_i16_kmax(uint32_t head_dim);
 
 struct kv_layout {
 	uint32_t	 n_layers;
 	uint32_t	 n_kv_heads;
 	uint32_t	 head_dim;
 	uint32_t	 block_size;	/* tokens per block */
-	uint32_t	 type;		/* KV_TYPE_F16 or KV_TYPE_F32 */
+	uint32_t	 type;		/* KV_TYPE_F16, KV_TYPE_F32, KV_TYPE_I16 */
 };
 
 struct kv_pool {
 	struct kv_layout layout;
 	uint32_t	 n_blocks;
 	size_t		 elem_size;	/* 2 or 4 */
-	size_t		 block_bytes;	/* all layers, K and V */
+	size_t		 block_bytes;	/* all layers, K and V (and scales) */
 	size_t		 layer_bytes;	/* one layer's K and V in a block */
 	size_t		 v_offset;	/* V after K inside a layer */
+	size_t		 s_offset;	/* I16: the scales after V in a layer */
 	uint8_t		*data;		/* n_blocks * block_bytes */
 	uint32_t	*free_stack;	/* free block ids, n_free of them */
 	uint32_t	 n_free;
@@ -186,5 +206,31 @@ kv_block_v(const struct kv_pool *p, uint32_t block, uint32_t layer, uint32_t hea
 	    (size_t)layer * p->layer_bytes + p->v_offset +
 	    (size_t)head * l->head_dim * l->block_size * p->elem_size);
 }
+
+/* I16: scales of the keys of (block, layer, kv_head), one a slot. */
+static inline float *
+kv_block_kscale(const struct kv_pool *p, uint32_t block, uint32_t layer,
+    uint32_t head)
+{
+	return ((float *)(p->data + (size_t)block * p->block_bytes +
+	    (size_t)layer * p->layer_bytes + p->s_offset) +
+	    (size_t)head * p->layout.block_size);
+}
+
+/* I16: scales of the values of (block, layer, kv_head), one a slot. */
+static inline float *
+kv_block_vscale(const struct kv_pool *p, uint32_t block, uint32_t layer,
+    uint32_t head)
+{
+	return (kv_block_kscale(p, block, layer, head) +
+	    (size_t)p->layout.n_kv_heads * p->layout.block_size);
+}
+
+/*
+ * Store the key k and value v (head_dim floats each) of slot `slot` of
+ * block for layer and kv_head in an I16 pool, as codes and scales.
+ */
+void		 kv_put_i16(struct kv_pool *, uint32_t block, uint32_t slot,
+		    uint32_t layer, uint32_t head, const float *k, const float *v);
 
 #endif

@@ -394,6 +394,20 @@ attn_bf16_for(uint32_t ty)
 	}
 }
 
+/*
+ * Whether a model mostly of weight type ty computes attention with 16-bit
+ * integer products on this CPU: where the kernels run AVX2 (no AVX-512)
+ * and F16 weights take those products (bf16-dot auto, on a CPU that
+ * issues them fast), for the quantized types, as bf16 attention goes to
+ * them where the CPU has bf16 dot products.
+ */
+static int
+attn_i16_for(uint32_t ty)
+{
+	return (quant_isa() == QUANT_ISA_AVX2 && quant_f16_i16_allowed() &&
+	    ty != TT_F32 && ty != TT_F16 && ty != TT_BF16);
+}
+
 /* Count parameters and find the type that holds most of them. */
 static void
 summarize(struct model *m)
@@ -421,6 +435,7 @@ summarize(struct model *m)
 		m->info.type_name = "unknown";
 	m->info.file_size = f->size;
 	m->attn_bf16 = attn_bf16_for(best);
+	m->attn_i16 = attn_i16_for(best);
 }
 
 /* Load a model. */
@@ -591,9 +606,18 @@ model_read_weights(const struct model *m, struct threadpool *tp)
 	return (bytes);
 }
 
-/* A KV pool of n_blocks blocks laid out for this model. */
+/*
+ * A KV pool of n_blocks blocks laid out for this model on the CPU.  Where
+ * attention runs on 16-bit integer products, keys and values asked for as
+ * F16 are kept as that kernel's codes instead (KV_TYPE_I16), encoded once
+ * when stored rather than by every job that reads them.
+ */
 struct kv_pool *
 model_kv_pool_create(const struct model *m, uint32_t n_blocks, char **cause)
 {
-	return (kv_pool_create(&m->info.kv, n_blocks, cause));
+	struct kv_layout	l = m->info.kv;
+
+	if (m->attn_i16 && l.type == KV_TYPE_F16 && l.head_dim % 2 == 0)
+		l.type = KV_TYPE_I16;
+	return (kv_pool_create(&l, n_blocks, cause));
 }

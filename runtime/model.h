@@ -73,7 +73,10 @@ const struct model_opts *model_opts(const struct model *);
  */
 int		 model_set_ctx(struct model *, uint32_t n_ctx, char **cause);
 
-/* A KV pool of n_blocks blocks laid out for this model. */
+/*
+ * A KV pool of n_blocks blocks laid out for this model on the CPU (as
+ * codes, KV_TYPE_I16, where attention runs on 16-bit integer products).
+ */
 struct kv_pool	*model_kv_pool_create(const struct model *, uint32_t n_blocks,
 		    char **cause);
 
@@ -199,6 +202,7 @@ struct model {
 	float			*rope_long, *rope_short; /* LongRoPE or NULL */
 	struct model_rope	 rope[2];	/* global layers, local layers */
 	int			 attn_bf16;	/* attn_run_bf16 on the CPU */
+	int			 attn_i16;	/* attn_run_i16 on the CPU */
 	uint32_t		 n_f16;		/* F16 weight matrices */
 	uint32_t		 n_f16_bf16;	/* of them, holding bf16 values */
 	uint32_t		 n_f16_i16;	/* of them, on 16-bit integers */

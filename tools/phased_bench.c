@@ -500,7 +500,7 @@ main(int argc, char **argv)
 	int64_t			 overhead;
 	uint32_t		 blocks;
 	int			 i, k, pmax = 1, bmax = 1, ctx, pre, first = 1;
-	int			 attn_bf16, i16 = 0;
+	int			 attn_bf16, attn_i16, i16 = 0;
 	double			 roof, read_ns, t_read;
 
 	pb_parse(argc, argv, &o);
@@ -561,7 +561,7 @@ main(int argc, char **argv)
 		p.n_blocks = blocks;
 	if ((p.pool = p.be->kv_pool_create(p.bi, p.n_blocks, &cause)) == NULL)
 		pb_die("KV pool of %u blocks: %s", p.n_blocks, cause);
-	kv_bytes = (uint64_t)p.n_blocks * kv_layout_block_bytes(&mi->kv);
+	kv_bytes = (uint64_t)p.n_blocks * p.pool->block_bytes;
 	map_bytes = p.m->gguf->size;
 	wbytes = pb_weight_bytes(p.m);
 
@@ -585,6 +585,7 @@ main(int argc, char **argv)
 
 	/* The CPU's attention kernel; other backends compute their own. */
 	attn_bf16 = strcmp(p.be->name, "cpu") == 0 && p.m->attn_bf16;
+	attn_i16 = strcmp(p.be->name, "cpu") == 0 && p.m->attn_i16;
 	if (o.json) {
 		printf("{\"model\":\"");
 		for (i = 0; o.model[i] != '\0'; i++)
@@ -592,12 +593,13 @@ main(int argc, char **argv)
 			    "\\%c" : "%c", o.model[i]);
 		printf("\",\"type\":\"%s\",\"n_params\":%" PRIu64 ","
 		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"bf16_dot\":\"%s\","
-		    "\"attn_bf16\":%s,\"f16_matrices\":%u,\"f16_bf16_values\":%u,"
-		    "\"f16_int16\":%u,\"bf16_matrices\":%u,\"bf16_int16\":%u,"
-		    "\"results\":[", mi->type_name, mi->n_params,
+		    "\"attn_bf16\":%s,\"attn_int16\":%s,\"f16_matrices\":%u,"
+		    "\"f16_bf16_values\":%u,\"f16_int16\":%u,\"bf16_matrices\":%u,"
+		    "\"bf16_int16\":%u,\"results\":[", mi->type_name, mi->n_params,
 		    o.threads, ctx, t_load / 1e9, pb_dot_name[o.bf16],
-		    attn_bf16 ? "true" : "false", p.m->n_f16, p.m->n_f16_bf16,
-		    p.m->n_f16_i16, p.m->n_bf16, p.m->n_bf16_i16);
+		    attn_bf16 ? "true" : "false", attn_i16 ? "true" : "false",
+		    p.m->n_f16, p.m->n_f16_bf16, p.m->n_f16_i16, p.m->n_bf16,
+		    p.m->n_bf16_i16);
 	} else {
 		printf("model %s: %s, %.3f M parameters, file %.1f MiB, "
 		    "loaded in %.2f s\n", o.model, mi->type_name, mi->n_params / 1e6,
@@ -618,6 +620,8 @@ main(int argc, char **argv)
 			    p.m->n_bf16_i16, p.m->n_bf16);
 		printf("attention: %s\n", attn_bf16 ? "bf16 dot products "
 		    "(queries, keys, values and weights rounded to bf16)" :
+		    attn_i16 ? "16-bit integer dot products (queries, keys, "
+		    "values and weights to about 12 bits of their largest)" :
 		    "exact (f32 products)");
 		if (read_ns > 0)
 			printf("decode roofline: the %.1f MiB of weight matrices "

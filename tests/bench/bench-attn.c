@@ -3,12 +3,15 @@
  * with -d of one decode step after N_TOKENS - 1 positions, in thread CPU
  * time (so a busy machine stretches it less than wall time).
  *
- * usage: bench-attn [-d] [-k avx512|bf16|avx2] [N_TOKENS [HEAD_DIM
+ * usage: bench-attn [-d] [-k avx512|bf16|avx2|i16|i16c] [N_TOKENS [HEAD_DIM
  * [KV_HEADS [GROUP [REPS [TILE]]]]]]
  * (defaults: the best exact kernel the CPU runs, 4096 64 4 8 3 64: the
  * TinyLlama-1.1B shape, F16 KV, pages of 16, query tokens per job as the
  * forward pass cuts them).  bf16 is the AVX-512 kernel on bf16 dot
- * products that quantized models take under bf16-dot auto.
+ * products that quantized models take under bf16-dot auto, i16 the AVX2
+ * kernel on 16-bit integer products that they take there on AVX2 CPUs,
+ * over F16 keys and values; i16c the same kernel over keys and values
+ * stored as its codes, as the daemon keeps them for it.
  */
 #include "config.h"
 
@@ -39,7 +42,7 @@ cpu_s(void)
 static int
 usage(void)
 {
-	fprintf(stderr, "usage: bench-attn [-d] [-k avx512|bf16|avx2] "
+	fprintf(stderr, "usage: bench-attn [-d] [-k avx512|bf16|avx2|i16|i16c] "
 	    "[N_TOKENS [HEAD_DIM [KV_HEADS [GROUP [REPS [TILE]]]]]]\n");
 	return (2);
 }
@@ -94,6 +97,10 @@ main(int argc, char **argv)
 		isa = QUANT_ISA_AVX2;
 		scratch_floats = attn_avx2_scratch_floats;
 		run = attn_run_avx2;
+	} else if (strcmp(kern, "i16") == 0 || strcmp(kern, "i16c") == 0) {
+		isa = QUANT_ISA_AVX2;
+		scratch_floats = attn_i16_scratch_floats;
+		run = attn_run_i16;
 	} else
 		return (usage());
 	if (!quant_isa_supported(isa) || (run == attn_run_bf16 &&
@@ -107,7 +114,8 @@ main(int argc, char **argv)
 		first = n - 1;
 		steps = 1000;
 	}
-	lay = (struct kv_layout){ 1, (uint32_t)nkv, (uint32_t)hd, 16, KV_TYPE_F16 };
+	lay = (struct kv_layout){ 1, (uint32_t)nkv, (uint32_t)hd, 16,
+	    strcmp(kern, "i16c") == 0 ? KV_TYPE_I16 : KV_TYPE_F16 };
 	pool = kv_pool_create(&lay, kv_layout_blocks_for(&lay, n), &cause);
 	if (pool == NULL) {
 		fprintf(stderr, "bench-attn: %s\n", cause);
@@ -115,9 +123,24 @@ main(int argc, char **argv)
 	}
 	memset(&seq, 0, sizeof seq);
 	kv_seq_reserve(pool, &seq, (uint32_t)n);
-	for (i = 0; i < (size_t)pool->n_blocks * pool->block_bytes / 2; i++)
-		((uint16_t *)pool->data)[i] = f32_to_fp16((float)((i * 2654435761u) %
-		    1000) / 500.0f - 1.0f);
+	if (lay.type == KV_TYPE_I16) {
+		float	*kr = malloc(2 * (size_t)hd * sizeof *kr), *vr = kr + hd;
+
+		for (i = 0; i < (size_t)n * nkv; i++) {
+			for (k = 0; k < hd; k++) {
+				kr[k] = (float)(((i * hd + k) * 2654435761u) % 1000) /
+				    500.0f - 1.0f;
+				vr[k] = (float)(((i * hd + k) * 40503u) % 1000) /
+				    500.0f - 1.0f;
+			}
+			kv_put_i16(pool, seq.blocks[i / nkv / 16],
+			    (uint32_t)(i / nkv % 16), 0, (uint32_t)(i % nkv), kr, vr);
+		}
+		free(kr);
+	} else
+		for (i = 0; i < (size_t)pool->n_blocks * pool->block_bytes / 2; i++)
+			((uint16_t *)pool->data)[i] = f32_to_fp16((float)((i *
+			    2654435761u) % 1000) / 500.0f - 1.0f);
 	stride = (size_t)nkv * grp * hd;
 	q = malloc((size_t)n * stride * sizeof *q);
 	out = malloc((size_t)n * stride * sizeof *out);

@@ -449,25 +449,29 @@ logits_of(const struct model *m, struct threadpool *tp, float *logits)
 
 /*
  * bf16 attention (bf16-dot auto on a quantized model, where the CPU has
- * bf16 dot products): a Q8_0 copy of NAME takes it, and its logits move
- * from exact attention's less than the quantization moved those from the
- * F32 model's (here 0.016 against 0.021 of the largest logit), end no
- * further from them than exact attention's (0.018 against 0.021) and keep
- * the invariance of the batch.
+ * bf16 dot products) or, with i16, 16-bit integer attention (the same,
+ * where the kernels run AVX2 and F16 weights take 16-bit integer
+ * products): a Q8_0 copy of NAME takes it, and its logits move from exact
+ * attention's less than the quantization moved those from the F32
+ * model's (bf16: 0.016 against 0.021 of the largest logit), end no further
+ * from them than 1.25 times exact attention's (bf16: 0.018 against 0.021)
+ * and keep the invariance of the batch.
  */
 static void
-check_bf16_attention(const char *name, struct threadpool *tp)
+check_fast_attention(const char *name, struct threadpool *tp, int i16)
 {
+	const char		*how = i16 ? "16-bit integer" : "bf16";
 	struct model_opts	 o = { .n_threads = 2 };
 	struct model		*mf, *mx, *mb;
-	char			 out[1200], *cause = NULL;
+	char			 out[1200], label[200], *cause = NULL;
 	float			*lf, *lx, *lb;
 	double			 q, a, t, big;
 	int			 nv;
 
-	if (!quant_bf16_dot_supported()) {
-		diag("%s as Q8_0: no bf16 dot products on this CPU, bf16 "
-		    "attention not tested", name);
+	if (i16 ? quant_isa() != QUANT_ISA_AVX2 : !quant_bf16_dot_supported()) {
+		diag("%s as Q8_0: %s, %s attention not tested", name, i16 ?
+		    "the kernels do not run AVX2 here" : "no bf16 dot products "
+		    "on this CPU", how);
 		return;
 	}
 	snprintf(out, sizeof out, "%s/test-arch-q8-%d.gguf",
@@ -476,8 +480,12 @@ check_bf16_attention(const char *name, struct threadpool *tp)
 		return;
 	mf = load(name, 0, 0);
 	mx = model_load(out, &o, NULL, NULL, &cause);
-	quant_allow_bf16_dot(QUANT_BF16_DOT_BF16);
+	if (i16)
+		quant_allow_f16_i16(1);
+	else
+		quant_allow_bf16_dot(QUANT_BF16_DOT_BF16);
 	mb = mx != NULL ? model_load(out, &o, NULL, NULL, &cause) : NULL;
+	quant_allow_f16_i16(0);
 	quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
 	unlink(out);
 	if (!ok(mf != NULL && mx != NULL && mb != NULL, "%s as Q8_0: loads",
@@ -488,8 +496,9 @@ check_bf16_attention(const char *name, struct threadpool *tp)
 		model_free(mx);
 		return;
 	}
-	ok(!mx->attn_bf16 && mb->attn_bf16, "%s as Q8_0: attention exact "
-	    "with bf16-dot no, bf16 dot products with auto", name);
+	ok(i16 ? !mx->attn_i16 && mb->attn_i16 : !mx->attn_bf16 &&
+	    mb->attn_bf16, "%s as Q8_0: attention exact with bf16-dot no, %s "
+	    "products with auto", name, how);
 	nv = model_info(mf)->n_vocab;
 	lf = malloc(nv * sizeof *lf);
 	lx = malloc(nv * sizeof *lx);
@@ -501,13 +510,14 @@ check_bf16_attention(const char *name, struct threadpool *tp)
 		q = maxdiff(lx, lf, nv) / big;
 		a = maxdiff(lb, lx, nv) / big;
 		t = maxdiff(lb, lf, nv) / big;
-		ok(a > 0 && a < q, "%s as Q8_0: bf16 attention moves the logits "
+		ok(a > 0 && a < q, "%s as Q8_0: %s attention moves the logits "
 		    "(%.3g of the largest) less than quantizing did (%.3g)", name,
-		    a, q);
-		ok(t <= q * 1.25, "%s as Q8_0: with bf16 attention %.3g from "
-		    "the F32 model's, exact attention %.3g", name, t, q);
+		    how, a, q);
+		ok(t <= q * 1.25, "%s as Q8_0: with %s attention %.3g from "
+		    "the F32 model's, exact attention %.3g", name, how, t, q);
 	}
-	invariance("Q8_0 with bf16 attention", mb, 0, 0, tp);
+	snprintf(label, sizeof label, "Q8_0 with %s attention", how);
+	invariance(label, mb, 0, 0, tp);
 	free(lf);
 	free(lx);
 	free(lb);
@@ -843,7 +853,8 @@ main(void)
 		free(doc);
 	}
 	check_bf16("llama3", tp);
-	check_bf16_attention("llama3", tp);
+	check_fast_attention("llama3", tp, 0);
+	check_fast_attention("llama3", tp, 1);
 	check_f16_bf16_values("llama3", tp);
 	check_f16_i16("llama3", tp, 0);
 	check_f16_i16("gemma3", tp, 0);

@@ -1,6 +1,6 @@
 /*
- * test-attn.c: the AVX-512, AVX-512 bf16 and AVX2 attention kernels against
- * a reference.
+ * test-attn.c: the AVX-512, AVX-512 bf16, AVX2 and AVX2 16-bit integer
+ * attention kernels against a reference.
  */
 #include "config.h"
 
@@ -16,7 +16,8 @@
 
 /* One shape of the tests. */
 struct acase {
-	int		 hd, grp, bs, f16;
+	int		 hd, grp, bs;
+	int		 kv;		/* KV_TYPE_F32, _F16 or _I16 */
 	int		 n_keys;	/* positions stored */
 	int		 n_tok;		/* queries: the last n_tok positions */
 	float		 cap;
@@ -24,11 +25,19 @@ struct acase {
 	float		 kscale;	/* keys' range; 0: 3 (12 with a cap) */
 };
 
+/* How a kernel rounds the queries, keys and values it multiplies. */
+#define R_EXACT	0
+#define R_BF16	1	/* to bf16; needs AVX512-BF16 */
+#define R_I16	2	/* to 16-bit integer codes of each one's largest */
+
+/* The largest weight and value code of the 16-bit integer kernel. */
+#define PV_MAX	5792
+
 /* One kernel under test. */
 struct kernel {
 	const char	*name;
 	int		 isa;		/* quant_isa_supported() must say yes */
-	int		 bf16;		/* rounds to bf16; needs AVX512-BF16 */
+	int		 round;		/* R_* */
 	size_t		(*scratch_floats)(int, int, int);
 	void		(*run)(const struct attn_job *, float *);
 };
@@ -45,7 +54,7 @@ frand(void)
 	return ((float)(rng >> 40) / (float)(1 << 23) - 1.0f);
 }
 
-/* Stored key or value element back as a float (after F16 rounding). */
+/* Stored key or value element back as a float (after its rounding). */
 static float
 kv_get(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
     int pos, int d)
@@ -58,6 +67,13 @@ kv_get(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
 	const void	*b = v ? kv_block_v(pool, blk, 0, head) :
 			    kv_block_k(pool, blk, 0, head);
 
+	if (l->type == KV_TYPE_I16) {
+		i = v ? ((slot / 2) * l->head_dim + d) * 2 + slot % 2 :
+		    ((size_t)(d / 2) * l->block_size + slot) * 2 + d % 2;
+		return ((float)((const int16_t *)b)[i] * (v ?
+		    kv_block_vscale(pool, blk, 0, head) :
+		    kv_block_kscale(pool, blk, 0, head))[slot]);
+	}
 	if (l->type == KV_TYPE_F16)
 		return (fp16_to_f32(((const uint16_t *)b)[i]));
 	return (((const float *)b)[i]);
@@ -70,7 +86,7 @@ kv_fill(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int n, float kscale)
 	const struct kv_layout *l = &pool->layout;
 	uint32_t	blk, slot, d;
 	int		p, g;
-	float		k, v;
+	float		k, v, kr[512], vr[512];
 
 	for (p = 0; p < n; p++) {
 		blk = seq->blocks[p / l->block_size];
@@ -79,7 +95,13 @@ kv_fill(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int n, float kscale)
 			for (d = 0; d < l->head_dim; d++) {
 				k = frand() * kscale;
 				v = frand();
-				if (l->type == KV_TYPE_F16) {
+				if (l->type == KV_TYPE_I16) {
+					kr[d] = k;
+					vr[d] = v;
+					if (d + 1 == l->head_dim)
+						kv_put_i16(pool, blk, slot, 0, g,
+						    kr, vr);
+				} else if (l->type == KV_TYPE_F16) {
 					((uint16_t *)kv_block_k(pool, blk, 0,
 					    g))[d * l->block_size + slot] =
 					    f32_to_fp16(k);
@@ -108,35 +130,90 @@ bf16_round(float x)
 	return (x);
 }
 
-/* A stored key or value as a kernel sees it: rounded to bf16 when bf. */
+/*
+ * x as a code of amax at max, back as a value: the nearest code (ties to
+ * even) of x times max / amax, as the 16-bit integer kernel makes them.
+ */
 static double
-kv_in(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
-    int pos, int d, int bf)
+i16_round(float x, float amax, int max)
 {
-	float	x = kv_get(pool, seq, v, head, pos, d);
+	float	inv;
 
-	return (bf ? bf16_round(x) : x);
+	if (amax <= 0)
+		return (0);
+	inv = (float)max / amax;
+	return (nearbyintf(x * inv) * ((double)amax / max));
+}
+
+/* The 16-bit integer kernel's largest query and key code for head_dim hd. */
+static int
+i16_qk_max(int hd)
+{
+	int	m = (int)sqrt((double)INT32_MAX / (2.0 * ((hd + 1) / 2)));
+
+	return (m > 32767 ? 32767 : m);
+}
+
+/* The largest |element| of a stored key or value of head_dim hd. */
+static float
+kv_amax(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
+    int pos, int hd)
+{
+	float	m = 0;
+	int	d;
+
+	for (d = 0; d < hd; d++)
+		m = fmaxf(m, fabsf(kv_get(pool, seq, v, head, pos, d)));
+	return (m);
 }
 
 /*
- * Plain attention of one query (already scaled) at position p, in double;
- * with bf, of the scaled query, keys and values rounded to bf16 first.
+ * A stored key or value as a kernel that rounds with rd sees it; amax is
+ * its largest |element| (kv_amax), for R_I16.
+ */
+static double
+kv_in(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
+    int pos, int d, int rd, float amax)
+{
+	float	x = kv_get(pool, seq, v, head, pos, d);
+
+	if (rd == R_BF16)
+		return (bf16_round(x));
+	if (rd == R_I16)
+		return (i16_round(x, amax, v ? PV_MAX :
+		    i16_qk_max((int)pool->layout.head_dim)));
+	return (x);
+}
+
+/*
+ * Plain attention of one query (already scaled) at position p, in double,
+ * of the scaled query, keys and values rounded as rd says first (the
+ * 16-bit integer kernel's rounding of the softmax weights is not
+ * repeated).
  */
 static void
 reference(const struct kv_pool *pool, const struct kv_seq *seq, int head,
-    const struct acase *c, const float *q, float qscale, int p, int bf,
+    const struct acase *c, const float *q, float qscale, int p, int rd,
     double *out)
 {
-	double	*s, m = -INFINITY, sum = 0, x;
+	double	*s, *qr, m = -INFINITY, sum = 0, x;
+	float	 qa = 0, a;
 	int	 j0, j, d;
 
 	s = calloc(p + 1, sizeof *s);
+	qr = calloc(c->hd, sizeof *qr);
+	for (d = 0; d < c->hd; d++)
+		qa = fmaxf(qa, fabsf(q[d] * qscale));
+	for (d = 0; d < c->hd; d++)
+		qr[d] = rd == R_BF16 ? bf16_round(q[d] * qscale) : rd == R_I16 ?
+		    i16_round(q[d] * qscale, qa, i16_qk_max(c->hd)) :
+		    q[d] * qscale;
 	j0 = c->win != 0 && (uint32_t)p + 1 > c->win ? p + 1 - (int)c->win : 0;
 	for (j = j0; j <= p; j++) {
+		a = rd == R_I16 ? kv_amax(pool, seq, 0, head, j, c->hd) : 0;
 		x = 0;
 		for (d = 0; d < c->hd; d++)
-			x += (double)(bf ? bf16_round(q[d] * qscale) :
-			    q[d] * qscale) * kv_in(pool, seq, 0, head, j, d, bf);
+			x += qr[d] * kv_in(pool, seq, 0, head, j, d, rd, a);
 		if (c->cap != 0.0f)
 			x = c->cap * tanh(x / c->cap);
 		s[j] = x;
@@ -147,11 +224,13 @@ reference(const struct kv_pool *pool, const struct kv_seq *seq, int head,
 	for (j = j0; j <= p; j++) {
 		s[j] = exp(s[j] - m);
 		sum += s[j];
+		a = rd == R_I16 ? kv_amax(pool, seq, 1, head, j, c->hd) : 0;
 		for (d = 0; d < c->hd; d++)
-			out[d] += s[j] * kv_in(pool, seq, 1, head, j, d, bf);
+			out[d] += s[j] * kv_in(pool, seq, 1, head, j, d, rd, a);
 	}
 	for (d = 0; d < c->hd; d++)
 		out[d] /= sum;
+	free(qr);
 	free(s);
 }
 
@@ -169,8 +248,7 @@ run_case(const struct kernel *kn, const struct acase *c)
 	const int		 pos0 = c->n_keys - c->n_tok;
 	const float		 qscale = 1.0f / sqrtf((float)c->hd);
 	struct kv_layout	 lay = { 1, (uint32_t)n_kv, (uint32_t)c->hd,
-				    (uint32_t)c->bs, c->f16 ? KV_TYPE_F16 :
-				    KV_TYPE_F32 };
+				    (uint32_t)c->bs, (uint32_t)c->kv };
 	struct kv_pool		*pool;
 	struct kv_seq		 seq;
 	struct attn_job		 j;
@@ -221,7 +299,7 @@ run_case(const struct kernel *kn, const struct acase *c)
 			const float *o = out + t * stride + (size_t)h * c->hd;
 
 			reference(pool, &seq, h / c->grp, c, qr, qscale,
-			    pos0 + t, kn->bf16, ref);
+			    pos0 + t, kn->round, ref);
 			for (d = 0; d < c->hd; d++) {
 				err = fmax(err, fabs(o[d] - ref[d]));
 				mag = fmax(mag, fabs(ref[d]));
@@ -229,12 +307,15 @@ run_case(const struct kernel *kn, const struct acase *c)
 		}
 	/*
 	 * bf16: the weights' own rounding (2^-9 of each) is all that the
-	 * reference does not share; values lie in [-1, 1].
+	 * reference does not share; values lie in [-1, 1].  16-bit integers:
+	 * the weights' codes, each within half a unit of its row's largest
+	 * at PV_MAX, in a sum over the keys divided by their sum.
 	 */
-	tol = kn->bf16 ? 2.2e-3 : 2e-5;
+	tol = kn->round == R_BF16 ? 2.2e-3 : kn->round == R_I16 ? 1e-3 : 2e-5;
 	ok(err <= tol * (mag > 1 ? mag : 1), "%s: hd %d grp %d bs %d %s keys %d "
 	    "queries %d cap %g win %u: within %g of the reference (%.3g)",
-	    kn->name, c->hd, c->grp, c->bs, c->f16 ? "F16" : "F32", c->n_keys,
+	    kn->name, c->hd, c->grp, c->bs, c->kv == KV_TYPE_I16 ? "I16" :
+	    c->kv == KV_TYPE_F16 ? "F16" : "F32", c->n_keys,
 	    c->n_tok, c->cap, c->win, tol, err);
 
 	for (k = 0; k < 3; k++) {
@@ -269,7 +350,7 @@ int
 main(void)
 {
 	static const struct acase cases[] = {
-		/* hd grp bs f16 keys queries cap win kscale */
+		/* hd grp bs kv (0 F32, 1 F16, 2 I16) keys queries cap win kscale */
 		{ 64, 8, 16, 1, 1, 1, 0, 0, 0 },
 		{ 64, 8, 16, 1, 200, 200, 0, 0, 0 },
 		{ 64, 8, 16, 1, 300, 1, 0, 0, 0 },
@@ -292,14 +373,26 @@ main(void)
 		{ 37, 3, 24, 0, 140, 139, 0, 0, 0 },
 		/* scores far apart: e^x of differences below -87 */
 		{ 64, 8, 16, 1, 300, 80, 0, 0, 30.0f },
+		/* codes in the cache (the 16-bit integer kernel only) */
+		{ 64, 8, 16, 2, 300, 80, 0, 0, 0 },
+		{ 64, 4, 24, 2, 131, 70, 0, 0, 0 },
+		{ 128, 4, 32, 2, 150, 150, 0, 0, 0 },
+		{ 256, 2, 16, 2, 96, 33, 50.0f, 0, 0 },
+		{ 64, 8, 16, 2, 220, 220, 0, 50, 0 },
+		{ 64, 1, 16, 2, 129, 129, 0, 1, 0 },
+		{ 36, 2, 16, 2, 100, 70, 0, 0, 0 },
+		{ 20, 3, 8, 2, 91, 41, 0, 31, 0 },
+		{ 64, 8, 16, 2, 300, 80, 0, 0, 30.0f },
 	};
 	static const struct kernel kernels[] = {
-		{ "avx512", QUANT_ISA_AVX512, 0, attn_avx512_scratch_floats,
+		{ "avx512", QUANT_ISA_AVX512, R_EXACT, attn_avx512_scratch_floats,
 		    attn_run_avx512 },
-		{ "avx512-bf16", QUANT_ISA_AVX512, 1, attn_bf16_scratch_floats,
-		    attn_run_bf16 },
-		{ "avx2", QUANT_ISA_AVX2, 0, attn_avx2_scratch_floats,
+		{ "avx512-bf16", QUANT_ISA_AVX512, R_BF16,
+		    attn_bf16_scratch_floats, attn_run_bf16 },
+		{ "avx2", QUANT_ISA_AVX2, R_EXACT, attn_avx2_scratch_floats,
 		    attn_run_avx2 },
+		{ "avx2-i16", QUANT_ISA_AVX2, R_I16, attn_i16_scratch_floats,
+		    attn_run_i16 },
 	};
 	size_t	i, k;
 
@@ -308,14 +401,16 @@ main(void)
 		skip_all("the CPU has no AVX2");
 	for (k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
 		if (!quant_isa_supported(kernels[k].isa) ||
-		    (kernels[k].bf16 && !quant_bf16_dot_supported())) {
+		    (kernels[k].round == R_BF16 &&
+		    !quant_bf16_dot_supported())) {
 			diag("the CPU has no %s: its kernel is not tested",
 			    kernels[k].name);
 			continue;
 		}
 		rng = 0x9e3779b97f4a7c15ULL;	/* the same data for each */
 		for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
-			run_case(&kernels[k], &cases[i]);
+			if (cases[i].kv != KV_TYPE_I16 || kernels[k].round == R_I16)
+				run_case(&kernels[k], &cases[i]);
 	}
 	done_testing();
 }

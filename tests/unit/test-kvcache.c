@@ -1,11 +1,73 @@
 /* test-kvcache.c: exact block accounting of the paged KV pool. */
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvcache.h"
 #include "tap.h"
+
+/*
+ * An I16 pool: its size, where kv_put_i16 puts each code and scale, codes
+ * within half a step of the values, and all-zero and non-finite rows.
+ */
+static void
+test_i16(void)
+{
+	struct kv_layout l = { .n_layers = 2, .n_kv_heads = 3, .head_dim = 6,
+			    .block_size = 8, .type = KV_TYPE_I16 };
+	struct kv_pool	*p;
+	char		*cause = NULL;
+	float		 k[6] = { 1.0f, -2.0f, 0.5f, 4.0f, -4.0f, 0.001f };
+	float		 v[6] = { -0.25f, 0.125f, 3.0f, 0.0f, -1.0f, 2.0f };
+	float		 z[6] = { 0 }, bad[6] = { 1, 2, NAN, 3, 4, 5 };
+	const int16_t	*kc, *vc;
+	float		 ks, vs, err = 0;
+	int		 kmax = kv_i16_kmax(6), d, ok_layout = 1;
+
+	/* 2 layers x 3 heads x 8 slots x (2 x 6 codes x 2 bytes + 2 scales). */
+	is_int(kv_layout_block_bytes(&l), 2 * 3 * 8 * (2 * 6 * 2 + 8),
+	    "I16 block bytes");
+	is_int(kmax, 18918, "largest key code for head_dim 6");
+	if (!ok((p = kv_pool_create(&l, 2, &cause)) != NULL, "I16 pool"))
+		return;
+	/* Block 1, layer 1, head 2, slot 5 (odd: the high halves of V). */
+	kv_put_i16(p, 1, 5, 1, 2, k, v);
+	kc = kv_block_k(p, 1, 1, 2);
+	vc = kv_block_v(p, 1, 1, 2);
+	ks = kv_block_kscale(p, 1, 1, 2)[5];
+	vs = kv_block_vscale(p, 1, 1, 2)[5];
+	ok(ks == 4.0f / kmax && vs == 3.0f / KV_I16_VMAX,
+	    "scales: largest over the code limit (%g, %g)", ks, vs);
+	for (d = 0; d < 6; d++) {
+		int16_t kq = kc[((d / 2) * 8 + 5) * 2 + d % 2];
+		int16_t vq = vc[((5 / 2) * 6 + d) * 2 + 1];
+
+		err = fmaxf(err, fabsf(kq * ks - k[d]) / ks);
+		err = fmaxf(err, fabsf(vq * vs - v[d]) / vs);
+	}
+	ok(err <= 0.501f, "codes within half a step (%g)", err);
+	is_int(kc[((3 / 2) * 8 + 5) * 2 + 1], kmax, "largest key is the limit");
+	is_int(vc[((5 / 2) * 6 + 2) * 2 + 1], KV_I16_VMAX,
+	    "largest value is the limit");
+	/* Nothing else of the block was written. */
+	for (d = 0; d < 6 * 8; d++)
+		if (d != ((d / 16) * 8 + 5) * 2 + d % 2 && kc[d] != 0)
+			ok_layout = 0;
+	for (d = 0; d < 6 * 8; d++)
+		if ((d / 12 != 5 / 2 || d % 2 != 1) && vc[d] != 0)
+			ok_layout = 0;
+	ok(ok_layout, "only the slot's halves hold codes");
+	is_int(kv_block_kscale(p, 1, 1, 1)[5] == 0.0f &&
+	    kv_block_vscale(p, 1, 0, 2)[5] == 0.0f, 1,
+	    "other heads' and layers' scales untouched");
+
+	kv_put_i16(p, 0, 2, 0, 0, z, bad);
+	ok(kv_block_kscale(p, 0, 0, 0)[2] == 0.0f, "zero key: scale 0");
+	ok(isnan(kv_block_vscale(p, 0, 0, 0)[2]), "NaN in a value: scale NaN");
+	kv_pool_free(p);
+}
 
 /* Fill the keys and values of every block of seq with a pattern from tag. */
 static void
@@ -262,7 +324,15 @@ main(void)
 		bad = l;
 		bad.type = 8;
 		ok(kv_layout_check(&bad, &cause) == -1, "type Q8_0 rejected");
-		is_str(cause, "kv type 8 is neither F16 nor F32", "type error");
+		is_str(cause, "kv type 8 is not F16, F32 or I16", "type error");
+		free(cause);
+		cause = NULL;
+		bad = l;
+		bad.type = KV_TYPE_I16;
+		bad.head_dim = 5;
+		ok(kv_layout_check(&bad, &cause) == -1, "I16 of head_dim 5 rejected");
+		is_str(cause, "kv type I16 needs an even head_dim, not 5",
+		    "odd head_dim error");
 		free(cause);
 		cause = NULL;
 		ok(kv_pool_create(&l, 0, &cause) == NULL, "empty pool rejected");
@@ -408,5 +478,6 @@ main(void)
 	kv_seq_release(p, &a);
 	kv_pool_free(p);
 	test_prefix();
+	test_i16();
 	done_testing();
 }
