@@ -565,7 +565,8 @@ model_batch_check(const struct model_info *mi, const struct kv_pool *pool,
 		    mi->kv.n_kv_heads, mi->kv.head_dim);
 		return (-1);
 	}
-	if (l->type == KV_TYPE_I16 && !quant_isa_supported(QUANT_ISA_AVX2)) {
+	/* The tiled kernels run where the kernels' variant is AVX2 or more. */
+	if (l->type == KV_TYPE_I16 && quant_isa() < QUANT_ISA_AVX2) {
 		set_cause(cause, "kv pool of 16-bit codes needs AVX2 attention, "
 		    "which this CPU lacks");
 		return (-1);

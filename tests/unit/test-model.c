@@ -469,6 +469,32 @@ test_bad_batches(struct threadpool *tp)
 		kv_seq_release(op, &b2);
 		kv_pool_free(op);
 	}
+	{	/* a pool of 16-bit codes is read by the AVX2 kernel alone */
+		struct kv_layout	 codes = model_info(m)->kv;
+		struct kv_pool		*cp;
+
+		codes.type = KV_TYPE_I16;
+		cp = kv_pool_create(&codes, 4, &cause);
+		kv_seq_reserve(cp, &b2, 3);
+		e[0] = (struct fwd_entry){ &b2, tok, 3, l };
+		quant_force_isa(QUANT_ISA_SCALAR);
+		ok(model_forward(m, cp, &b, tp, &cause) == -1,
+		    "I16 pool refused without AVX2");
+		is_str(cause, "kv pool of 16-bit codes needs AVX2 attention, "
+		    "which this CPU lacks", "I16 pool error");
+		free(cause);
+		cause = NULL;
+		is_int(b2.n_tokens, 0, "nothing stored");
+		quant_force_isa(QUANT_ISA_AUTO);
+		if (quant_isa_supported(QUANT_ISA_AVX2)) {
+			ok(model_forward(m, cp, &b, tp, &cause) == 0,
+			    "I16 pool served with AVX2");
+			is_int(b2.n_tokens, 3, "3 positions stored as codes");
+		} else
+			diag("the CPU has no AVX2: I16 pool not served");
+		kv_seq_release(cp, &b2);
+		kv_pool_free(cp);
+	}
 	kv_seq_release(pool, &a);
 	kv_pool_free(pool);
 	model_free(m);
