@@ -25,13 +25,14 @@ struct acase {
 	float		 kscale;	/* keys' range; 0: 3 (12 with a cap) */
 };
 
+/* The largest head_dim of the cases. */
+#define HD_MAX	256
+
 /* How a kernel rounds the queries, keys and values it multiplies. */
 #define R_EXACT	0
 #define R_BF16	1	/* to bf16; needs AVX512-BF16 */
 #define R_I16	2	/* to 16-bit integer codes of each one's largest */
 
-/* The largest weight and value code of the 16-bit integer kernel. */
-#define PV_MAX	5792
 
 /* One kernel under test. */
 struct kernel {
@@ -86,7 +87,7 @@ kv_fill(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int n, float kscale)
 	const struct kv_layout *l = &pool->layout;
 	uint32_t	blk, slot, d;
 	int		p, g;
-	float		k, v, kr[512], vr[512];
+	float		k, v, kr[HD_MAX], vr[HD_MAX];
 
 	for (p = 0; p < n; p++) {
 		blk = seq->blocks[p / l->block_size];
@@ -145,13 +146,14 @@ i16_round(float x, float amax, int max)
 	return (nearbyintf(x * inv) * ((double)amax / max));
 }
 
-/* The 16-bit integer kernel's largest query and key code for head_dim hd. */
+/*
+ * The 16-bit integer kernel's largest query and key code for head_dim hd
+ * (an odd one padded to pairs).
+ */
 static int
 i16_qk_max(int hd)
 {
-	int	m = (int)sqrt((double)INT32_MAX / (2.0 * ((hd + 1) / 2)));
-
-	return (m > 32767 ? 32767 : m);
+	return (kv_i16_kmax((uint32_t)((hd + 1) / 2 * 2)));
 }
 
 /* The largest |element| of a stored key or value of head_dim hd. */
@@ -180,7 +182,7 @@ kv_in(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
 	if (rd == R_BF16)
 		return (bf16_round(x));
 	if (rd == R_I16)
-		return (i16_round(x, amax, v ? PV_MAX :
+		return (i16_round(x, amax, v ? KV_I16_VMAX :
 		    i16_qk_max((int)pool->layout.head_dim)));
 	return (x);
 }
@@ -309,7 +311,7 @@ run_case(const struct kernel *kn, const struct acase *c)
 	 * bf16: the weights' own rounding (2^-9 of each) is all that the
 	 * reference does not share; values lie in [-1, 1].  16-bit integers:
 	 * the weights' codes, each within half a unit of its row's largest
-	 * at PV_MAX, in a sum over the keys divided by their sum.
+	 * at KV_I16_VMAX, in a sum over the keys divided by their sum.
 	 */
 	tol = kn->round == R_BF16 ? 2.2e-3 : kn->round == R_I16 ? 1e-3 : 2e-5;
 	ok(err <= tol * (mag > 1 ? mag : 1), "%s: hd %d grp %d bs %d %s keys %d "
