@@ -135,7 +135,8 @@ size_t	attn_i16_scratch_floats(int n_tok, int grp, int head_dim);
  * guarantees with the scaled queries and the keys as codes of their
  * largest element at about 12 bits (head_dim 64 to 128), the values and
  * the softmax weights at 12.5, the products summed exactly in 32-bit
- * integers (see attn_i16.c).  The only kernel that reads KV_TYPE_I16 pools.
+ * integers (see attn_i16.c).  It reads KV_TYPE_I16 pools only, and is
+ * the only kernel that reads them.
  */
 void	attn_run_i16(const struct attn_job *, float *scratch);
 

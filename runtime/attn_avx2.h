@@ -1,9 +1,8 @@
 /*
  * attn_avx2.h: what the AVX2 attention kernels share (attn_avx2.c with f32
  * products, attn_i16.c with 16-bit integer ones): the tile sizes, e^x, the
- * online softmax step, the gathering of a key and value tile into f32, the
- * prefetch of the next tile and the final division by the sums.  Each
- * kernel file includes it once.
+ * online softmax step, the prefetch of the next tile and the final division
+ * by the sums.  Each kernel file includes it once.
  */
 #ifndef PHASED_ATTN_AVX2_H
 #define PHASED_ATTN_AVX2_H
@@ -150,89 +149,6 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 			t = _mm256_mul_ps(t, _mm256_set1_ps(sc[r]));
 		_mm256_storeu_ps(ls + (size_t)8 * r, _mm256_add_ps(t, sum));
 	}
-}
-
-/* n (0..8) halves to floats at dst; F16C converts exactly. */
-AI void
-h2f_n(float *dst, const uint16_t *src, int n)
-{
-	uint16_t	h[8];
-	float		f[8];
-
-	if (n == 8) {
-		_mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm_loadu_si128(
-		    (const __m128i *)src)));
-		return;
-	}
-	memset(h, 0, sizeof h);
-	memcpy(h, src, (size_t)n * sizeof *h);
-	_mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
-	memcpy(dst, f, (size_t)n * sizeof *f);
-}
-
-/*
- * Keys and values of positions t0+x0..t0+tn-1 of job j into the f32 tiles
- * kt ([hd][KT]) and vt ([KT][hdp]), from the pages that hold them; the
- * other key slots are zeroed (never seen, but kept finite and normal), the
- * other value slots are left as they were.
- */
-static void
-gather(const struct attn_job *j, float *kt, float *vt, int hdp, uint32_t t0,
-    int x0, int tn)
-{
-	const struct kv_pool	*pool = j->pool;
-	const int		 bs = (int)pool->layout.block_size;
-	const int		 hd = (int)pool->layout.head_dim;
-	const int		 f16 = pool->layout.type == KV_TYPE_F16;
-	uint32_t		 p, blk;
-	int			 x, len, slot, d, y, n, i;
-
-	for (x = x0; x < tn; x += len) {
-		p = t0 + (uint32_t)x;
-		blk = j->blocks[p / bs];
-		slot = (int)(p % bs);
-		len = bs - slot < tn - x ? bs - slot : tn - x;
-		if (f16) {
-			const uint16_t *kb = kv_block_k(pool, blk, j->layer,
-			    j->kv_head);
-			const uint16_t *vb = kv_block_v(pool, blk, j->layer,
-			    j->kv_head);
-
-			for (d = 0; d < hd; d++)
-				for (y = 0; y < len; y += 8) {
-					n = len - y < 8 ? len - y : 8;
-					h2f_n(kt + (size_t)d * KT + x + y,
-					    kb + (size_t)d * bs + slot + y, n);
-				}
-			for (i = 0; i < len; i++)
-				for (y = 0; y < hd; y += 8) {
-					n = hd - y < 8 ? hd - y : 8;
-					h2f_n(vt + (size_t)(x + i) * hdp + y,
-					    vb + (size_t)(slot + i) * hd + y, n);
-				}
-		} else {
-			const float *kb = kv_block_k(pool, blk, j->layer,
-			    j->kv_head);
-			const float *vb = kv_block_v(pool, blk, j->layer,
-			    j->kv_head);
-
-			for (d = 0; d < hd; d++)
-				memcpy(kt + (size_t)d * KT + x, kb +
-				    (size_t)d * bs + slot, (size_t)len *
-				    sizeof(float));
-			for (i = 0; i < len; i++)
-				memcpy(vt + (size_t)(x + i) * hdp, vb +
-				    (size_t)(slot + i) * hd, (size_t)hd *
-				    sizeof(float));
-		}
-	}
-	if (x0 > 0 || tn < KT)
-		for (d = 0; d < hd; d++) {
-			memset(kt + (size_t)d * KT, 0, (size_t)x0 *
-			    sizeof(float));
-			memset(kt + (size_t)d * KT + tn, 0,
-			    (size_t)(KT - tn) * sizeof(float));
-		}
 }
 
 /*

@@ -34,11 +34,11 @@
  * multiplies it by a weight of exactly 0, and slots without a key hold code
  * 0 and scale 0.
  *
- * The pages of a KV_TYPE_I16 pool (kvcache.h) hold the keys and values as
- * these codes already, in these pairs, so their tiles are copied, not
- * converted: a decode step's eight rows of a KV head do too few products
- * per tile to pay for encoding it.  F16 and F32 pages are converted and
- * encoded tile by tile.
+ * The kernel reads KV_TYPE_I16 pools only (kvcache.h): their pages hold
+ * the keys and values as these codes already, in these pairs, so a tile is
+ * copied, not converted; a decode step's eight rows of a KV head do too few
+ * products per tile to pay for encoding it.  That layout has an even
+ * head_dim, so a query's pairs never hold padding.
  */
 #include "config.h"
 
@@ -198,14 +198,6 @@ codes8(__m256 x, __m256 inv)
 	return (_mm256_cvtps_epi32(_mm256_mul_ps(x, inv)));
 }
 
-/* Eight pairs (a[i], b[i]) of 16-bit codes, pair i in 32-bit lane i. */
-AI __m256i
-pair8(__m256i a, __m256i b)
-{
-	return (_mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0xffff)),
-	    _mm256_slli_epi32(b, 16)));
-}
-
 /*
  * code max over the largest of |m| where m > 0, else 0 (a slot without a
  * key or an all-zero vector keeps codes 0 and scale 0, never a NaN).
@@ -269,8 +261,6 @@ struct i16_st {
 	float			*o;	/* rows x hdp */
 	float			*mx;	/* rows */
 	float			*ls;	/* rows x 8 */
-	float			*kf;	/* hd x KT, as gathered */
-	float			*vf;	/* KT x hdp, as gathered */
 	uint32_t		*k;	/* hd2 x KT pairs */
 	float			*kd;	/* KT: the keys' scales */
 	uint32_t		*v;	/* KP x hdp pairs */
@@ -313,71 +303,10 @@ rows_step(void *arg, int r0, int nr, int lo, int hi)
 }
 
 /*
- * The gathered tiles as codes: every key slot of kf (zero outside the
- * positions) by its largest |k| at qmax into k and kd; the value slots
- * x0..tn-1 of vf by their largest |v| at PV_MAX into v and vd, the others
- * code 0 and scale 0.
- */
-static void
-encode_tiles(struct i16_st *st, int qmax, int x0, int tn)
-{
-	const int	 hd = st->hd, hdp = st->hdp;
-	__m256		 m, inv;
-	__m256i		 ca, cb;
-	int		 c, d, i, x;
-
-	for (c = 0; c < KT; c += 8) {
-		m = _mm256_setzero_ps();
-		for (d = 0; d < hd; d++)
-			m = _mm256_max_ps(m, abs8(_mm256_loadu_ps(st->kf +
-			    (size_t)d * KT + c)));
-		_mm256_storeu_ps(st->kd + c, _mm256_div_ps(m,
-		    _mm256_set1_ps((float)qmax)));
-		inv = inv8(m, (float)qmax);
-		for (i = 0; i < st->hd2; i++) {
-			ca = codes8(_mm256_loadu_ps(st->kf + (size_t)2 * i * KT +
-			    c), inv);
-			cb = 2 * i + 1 < hd ? codes8(_mm256_loadu_ps(st->kf +
-			    (size_t)(2 * i + 1) * KT + c), inv) :
-			    _mm256_setzero_si256();
-			_mm256_storeu_si256((__m256i *)(st->k + (size_t)i * KT + c),
-			    pair8(ca, cb));
-		}
-	}
-	/* vd holds each value's largest |v| until its codes are made. */
-	for (x = 0; x < KT; x++) {
-		m = _mm256_setzero_ps();
-		for (d = 0; x >= x0 && x < tn && d < hdp; d += 8)
-			m = _mm256_max_ps(m, abs8(_mm256_loadu_ps(st->vf +
-			    (size_t)x * hdp + d)));
-		st->vd[x] = hmax8(m);
-	}
-	for (i = 0; i < KP; i++) {
-		const int	 xa = 2 * i, xb = 2 * i + 1;
-		const __m256	 inva = inv8(_mm256_set1_ps(st->vd[xa]), PV_MAX);
-		const __m256	 invb = inv8(_mm256_set1_ps(st->vd[xb]), PV_MAX);
-
-		for (d = 0; d < hdp; d += 8) {
-			ca = cb = _mm256_setzero_si256();
-			if (xa >= x0 && xa < tn)
-				ca = codes8(_mm256_loadu_ps(st->vf + (size_t)xa *
-				    hdp + d), inva);
-			if (xb >= x0 && xb < tn)
-				cb = codes8(_mm256_loadu_ps(st->vf + (size_t)xb *
-				    hdp + d), invb);
-			_mm256_storeu_si256((__m256i *)(st->v + (size_t)i * hdp +
-			    d), pair8(ca, cb));
-		}
-	}
-	for (x = 0; x < KT; x++)
-		st->vd[x] /= PV_MAX;
-}
-
-/*
  * The code tiles of positions t0+x0..t0+tn-1 straight from an I16 pool's
  * pages (kvcache.h), whose layout is the tiles': key pairs into k with
  * their scales kd, value pairs into v with vd.  The slots outside hold code
- * 0 and scale 0, as encode_tiles leaves them.
+ * 0 and scale 0.
  */
 static void
 gather_codes(struct i16_st *st, uint32_t t0, int x0, int tn)
@@ -424,13 +353,6 @@ gather_codes(struct i16_st *st, uint32_t t0, int x0, int tn)
 			st->v[(size_t)(tn / 2) * hdp + i] &= 0x0000ffffu;
 }
 
-/* The largest query and key code: head_dim products fit in 31 bits. */
-static int
-qk_max(int hd2)
-{
-	return (kv_i16_kmax((uint32_t)(2 * hd2)));
-}
-
 /* Round a count of 32-bit elements up to whole 64-byte lines. */
 #define LN(n)	lines((size_t)(n))
 
@@ -441,8 +363,8 @@ attn_i16_scratch_floats(int n_tok, int grp, int hd)
 	size_t	nq = (size_t)n_tok * grp, hdp = vecs(hd), hd2 = (hd + 1) / 2;
 
 	return (16 + LN(nq * hd2) + LN(nq) + LN(nq * hdp) + LN(nq) +
-	    LN(nq * 8) + LN(hd * KT) + LN(KT * hdp) + LN(hd2 * KT) + LN(KT) +
-	    LN(KP * hdp) + LN(KT) + LN(IRB * KT) + LN(IRB * KP) + LN(hdp));
+	    LN(nq * 8) + LN(hd2 * KT) + LN(KT) + LN(KP * hdp) + LN(KT) +
+	    LN(IRB * KT) + LN(IRB * KP) + LN(hdp));
 }
 
 /* Run one attention job with 16-bit integer products (see attn.h). */
@@ -452,7 +374,6 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 	const int	 hd = (int)j->pool->layout.head_dim, grp = j->grp;
 	const int	 nq = j->n_tok * grp;
 	const uint32_t	 last = j->pos0 + j->n_tok - 1, win = j->win;
-	const int	 codes = j->pool->layout.type == KV_TYPE_I16;
 	struct i16_st	 st;
 	uint32_t	 first, t0;
 	int		 kt, tn, t, r, d, qmax, x0;
@@ -462,18 +383,16 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 
 	st.j = j;
 	st.hd = hd;
-	st.hd2 = (hd + 1) / 2;
+	st.hd2 = hd / 2;
 	st.hdp = (int)vecs(hd);
-	qmax = qk_max(st.hd2);
+	qmax = kv_i16_kmax((uint32_t)hd);
 	f = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 	st.q = (uint32_t *)f;
 	st.qd = f + LN(nq * st.hd2);
 	st.o = st.qd + LN(nq);
 	st.mx = st.o + LN(nq * st.hdp);
 	st.ls = st.mx + LN(nq);
-	st.kf = st.ls + LN(nq * 8);
-	st.vf = st.kf + LN(hd * KT);
-	st.k = (uint32_t *)(st.vf + LN(KT * st.hdp));
+	st.k = (uint32_t *)(st.ls + LN(nq * 8));
 	st.kd = (float *)(st.k + LN(st.hd2 * KT));
 	st.v = (uint32_t *)(st.kd + LN(KT));
 	st.vd = (float *)(st.v + LN(KP * st.hdp));
@@ -495,7 +414,6 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 			st.qd[qi] = mx / (float)qmax;
 			inv = inv8(_mm256_set1_ps(mx), (float)qmax);
 			qc = (int16_t *)(st.q + (size_t)qi * st.hd2);
-			qc[2 * st.hd2 - 1] = 0;	/* an odd head_dim's pad */
 			for (d = 0; d < hd; d += 8) {
 				__m256i c = _mm256_permute4x64_epi64(
 				    _mm256_packs_epi32(codes8(_mm256_loadu_ps(qs +
@@ -512,22 +430,15 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 	memset(st.ls, 0, (size_t)nq * 8 * sizeof(float));
 	for (r = 0; r < nq; r++)
 		st.mx[r] = -INFINITY;
-	if (st.hdp != hd) {	/* padding lanes of the values stay zero */
-		memset(st.vf, 0, (size_t)KT * st.hdp * sizeof(float));
+	if (st.hdp != hd)	/* padding lanes of the values stay zero */
 		memset(st.v, 0, (size_t)KP * st.hdp * sizeof *st.v);
-	}
 
 	first = win != 0 && j->pos0 + 1 > win ? j->pos0 + 1 - win : 0;
 	for (kt = (int)(first / KT); kt <= (int)(last / KT); kt++) {
 		t0 = (uint32_t)kt * KT;
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
 		x0 = first > t0 ? (int)(first - t0) : 0;
-		if (codes) {
-			gather_codes(&st, t0, x0, tn);
-		} else {
-			gather(j, st.kf, st.vf, st.hdp, t0, x0, tn);
-			encode_tiles(&st, qmax, x0, tn);
-		}
+		gather_codes(&st, t0, x0, tn);
 		if (last >= t0 + KT)
 			prefetch_tile(j, t0 + KT, last - (t0 + KT) + 1 < KT ?
 			    (int)(last - (t0 + KT) + 1) : KT);

@@ -3,15 +3,15 @@
  * with -d of one decode step after N_TOKENS - 1 positions, in thread CPU
  * time (so a busy machine stretches it less than wall time).
  *
- * usage: bench-attn [-d] [-k avx512|bf16|avx2|i16|i16c] [N_TOKENS [HEAD_DIM
+ * usage: bench-attn [-d] [-k avx512|bf16|avx2|i16] [N_TOKENS [HEAD_DIM
  * [KV_HEADS [GROUP [REPS [TILE]]]]]]
  * (defaults: the best exact kernel the CPU runs, 4096 64 4 8 3 64: the
  * TinyLlama-1.1B shape, F16 KV, pages of 16, query tokens per job as the
  * forward pass cuts them).  bf16 is the AVX-512 kernel on bf16 dot
  * products that quantized models take under bf16-dot auto, i16 the AVX2
  * kernel on 16-bit integer products that they take there on AVX2 CPUs,
- * over F16 keys and values; i16c the same kernel over keys and values
- * stored as its codes, as the daemon keeps them for it.
+ * over keys and values stored as its codes, as the daemon keeps them for
+ * it.
  */
 #include "config.h"
 
@@ -42,7 +42,7 @@ cpu_s(void)
 static int
 usage(void)
 {
-	fprintf(stderr, "usage: bench-attn [-d] [-k avx512|bf16|avx2|i16|i16c] "
+	fprintf(stderr, "usage: bench-attn [-d] [-k avx512|bf16|avx2|i16] "
 	    "[N_TOKENS [HEAD_DIM [KV_HEADS [GROUP [REPS [TILE]]]]]]\n");
 	return (2);
 }
@@ -97,7 +97,7 @@ main(int argc, char **argv)
 		isa = QUANT_ISA_AVX2;
 		scratch_floats = attn_avx2_scratch_floats;
 		run = attn_run_avx2;
-	} else if (strcmp(kern, "i16") == 0 || strcmp(kern, "i16c") == 0) {
+	} else if (strcmp(kern, "i16") == 0) {
 		isa = QUANT_ISA_AVX2;
 		scratch_floats = attn_i16_scratch_floats;
 		run = attn_run_i16;
@@ -115,7 +115,7 @@ main(int argc, char **argv)
 		steps = 1000;
 	}
 	lay = (struct kv_layout){ 1, (uint32_t)nkv, (uint32_t)hd, 16,
-	    strcmp(kern, "i16c") == 0 ? KV_TYPE_I16 : KV_TYPE_F16 };
+	    run == attn_run_i16 ? KV_TYPE_I16 : KV_TYPE_F16 };
 	pool = kv_pool_create(&lay, kv_layout_blocks_for(&lay, n), &cause);
 	if (pool == NULL) {
 		fprintf(stderr, "bench-attn: %s\n", cause);

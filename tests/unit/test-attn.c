@@ -146,16 +146,6 @@ i16_round(float x, float amax, int max)
 	return (nearbyintf(x * inv) * ((double)amax / max));
 }
 
-/*
- * The 16-bit integer kernel's largest query and key code for head_dim hd
- * (an odd one padded to pairs).
- */
-static int
-i16_qk_max(int hd)
-{
-	return (kv_i16_kmax((uint32_t)((hd + 1) / 2 * 2)));
-}
-
 /* The largest |element| of a stored key or value of head_dim hd. */
 static float
 kv_amax(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
@@ -183,7 +173,7 @@ kv_in(const struct kv_pool *pool, const struct kv_seq *seq, int v, int head,
 		return (bf16_round(x));
 	if (rd == R_I16)
 		return (i16_round(x, amax, v ? KV_I16_VMAX :
-		    i16_qk_max((int)pool->layout.head_dim)));
+		    kv_i16_kmax(pool->layout.head_dim)));
 	return (x);
 }
 
@@ -208,7 +198,7 @@ reference(const struct kv_pool *pool, const struct kv_seq *seq, int head,
 		qa = fmaxf(qa, fabsf(q[d] * qscale));
 	for (d = 0; d < c->hd; d++)
 		qr[d] = rd == R_BF16 ? bf16_round(q[d] * qscale) : rd == R_I16 ?
-		    i16_round(q[d] * qscale, qa, i16_qk_max(c->hd)) :
+		    i16_round(q[d] * qscale, qa, kv_i16_kmax((uint32_t)c->hd)) :
 		    q[d] * qscale;
 	j0 = c->win != 0 && (uint32_t)p + 1 > c->win ? p + 1 - (int)c->win : 0;
 	for (j = j0; j <= p; j++) {
@@ -370,12 +360,12 @@ main(void)
 		/* head_dim off the vector width: tails and padding */
 		{ 36, 2, 16, 1, 100, 70, 0, 0, 0 },
 		{ 20, 3, 8, 0, 90, 41, 0, 30, 0 },
-		/* odd head_dim, window and first query: pairs cut by all three */
+		/* odd head_dim with a window and a first query inside a tile */
 		{ 37, 2, 8, 1, 150, 61, 0, 21, 0 },
 		{ 37, 3, 24, 0, 140, 139, 0, 0, 0 },
 		/* scores far apart: e^x of differences below -87 */
 		{ 64, 8, 16, 1, 300, 80, 0, 0, 30.0f },
-		/* codes in the cache (the 16-bit integer kernel only) */
+		/* codes in the cache (the 16-bit integer kernel's only pools) */
 		{ 64, 8, 16, 2, 300, 80, 0, 0, 0 },
 		{ 64, 4, 24, 2, 131, 70, 0, 0, 0 },
 		{ 128, 4, 32, 2, 150, 150, 0, 0, 0 },
@@ -385,6 +375,13 @@ main(void)
 		{ 36, 2, 16, 2, 100, 70, 0, 0, 0 },
 		{ 20, 3, 8, 2, 91, 41, 0, 31, 0 },
 		{ 64, 8, 16, 2, 300, 80, 0, 0, 30.0f },
+		{ 64, 1, 16, 2, 65, 65, 0, 0, 0 },
+		{ 64, 8, 256, 2, 257, 100, 0, 0, 0 },
+		{ 8, 2, 16, 2, 105, 105, 0, 0, 0 },
+		{ 80, 4, 8, 2, 190, 37, 0, 0, 0 },
+		{ 128, 2, 16, 2, 300, 90, 30.0f, 64, 0 },
+		{ 64, 8, 16, 2, 1, 1, 0, 0, 0 },
+		{ 64, 8, 16, 2, 300, 1, 0, 0, 0 },
 	};
 	static const struct kernel kernels[] = {
 		{ "avx512", QUANT_ISA_AVX512, R_EXACT, attn_avx512_scratch_floats,
@@ -411,7 +408,9 @@ main(void)
 		}
 		rng = 0x9e3779b97f4a7c15ULL;	/* the same data for each */
 		for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
-			if (cases[i].kv != KV_TYPE_I16 || kernels[k].round == R_I16)
+			/* The 16-bit kernel reads codes only, and only it reads them. */
+			if ((cases[i].kv == KV_TYPE_I16) ==
+			    (kernels[k].round == R_I16))
 				run_case(&kernels[k], &cases[i]);
 	}
 	done_testing();
