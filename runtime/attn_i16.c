@@ -29,16 +29,15 @@
  * A score sums pairs of head dimensions: the key tile is laid out [hd / 2]
  * [KT] of (dimension 2i, 2i + 1) pairs, the queries as pairs in their
  * natural order.  A weighted value sums pairs of keys: the value tile is
- * laid out [KT / 2][hdp] of (key 2i, 2i + 1) pairs, the weights as pairs
- * in their natural order; a pair that holds a key a row must not see
- * multiplies it by a weight of exactly 0, and slots without a key hold code
- * 0 and scale 0.
+ * laid out [KT / 2][hd] of (key 2i, 2i + 1) pairs, the weights as pairs in
+ * their natural order; a pair that holds a key a row must not see
+ * multiplies it by a weight of exactly 0, whatever the key's code.
  *
- * The kernel reads KV_TYPE_I16 pools only (kvcache.h): their pages hold
- * the keys and values as these codes already, in these pairs, so a tile is
- * copied, not converted; a decode step's eight rows of a KV head do too few
- * products per tile to pay for encoding it.  That layout has an even
- * head_dim, so a query's pairs never hold padding.
+ * The kernel reads KV_TYPE_I16 pools only (kvcache.h), whose pages hold
+ * the keys and values as these codes already, in these pairs, with a
+ * head_dim of whole vectors: a tile is copied from them eight keys at a
+ * time, not converted (a decode step's eight rows of a KV head do too few
+ * products per tile to pay for encoding it).
  */
 #include "config.h"
 
@@ -220,14 +219,15 @@ abs8(__m256 x)
  * The weights of R rows of s (stride KT, e^(s - max) on keys lo..hi-1 of
  * the vectors that hold them, 0 on the others of those vectors) times the
  * values' scales vd, as codes of each row's largest at PV_MAX: pairs at p
- * (KP a row) and scales at pd.
+ * (KP a row) and scales at pd.  A weight of 0 stays 0 whatever the scale
+ * beside it: slots outside the positions may hold any, a NaN among them.
  */
 static void
 weights_i16(int R, const float *s, const float *vd, int lo, int hi,
     uint32_t *p, float *pd)
 {
 	const int	 v0 = lo / 8, v1 = (hi + 7) / 8;
-	__m256		 w[KVEC], m, inv;
+	__m256		 w[KVEC], m, inv, x;
 	__m256i		 c;
 	float		 mx;
 	int		 r, v;
@@ -235,8 +235,12 @@ weights_i16(int R, const float *s, const float *vd, int lo, int hi,
 	for (r = 0; r < R; r++) {
 		m = _mm256_setzero_ps();
 		for (v = v0; v < v1; v++) {
-			w[v] = _mm256_mul_ps(_mm256_loadu_ps(s + (size_t)r * KT +
-			    8 * v), _mm256_loadu_ps(vd + 8 * v));
+			x = _mm256_loadu_ps(s + (size_t)r * KT + 8 * v);
+			w[v] = _mm256_mul_ps(x, _mm256_loadu_ps(vd + 8 * v));
+			/* Only keys in lo..hi have weights, and none is 0. */
+			if (lo > 8 * v || hi < 8 * v + 8)
+				w[v] = _mm256_and_ps(w[v], _mm256_cmp_ps(x,
+				    _mm256_setzero_ps(), _CMP_NEQ_UQ));
 			m = _mm256_max_ps(m, abs8(w[v]));
 		}
 		mx = hmax8(m);
@@ -255,15 +259,15 @@ weights_i16(int R, const float *s, const float *vd, int lo, int hi,
 /* The working state of one job. */
 struct i16_st {
 	const struct attn_job	*j;
-	int			 hd, hd2, hdp;
+	int			 hd, hd2;
 	uint32_t		*q;	/* rows x hd2 pairs */
 	float			*qd;	/* rows: the queries' scales */
-	float			*o;	/* rows x hdp */
+	float			*o;	/* rows x hd */
 	float			*mx;	/* rows */
 	float			*ls;	/* rows x 8 */
 	uint32_t		*k;	/* hd2 x KT pairs */
 	float			*kd;	/* KT: the keys' scales */
-	uint32_t		*v;	/* KP x hdp pairs */
+	uint32_t		*v;	/* KP x hd pairs */
 	float			*vd;	/* KT: the values' scales */
 	float			*s;	/* IRB x KT */
 	uint32_t		*p;	/* IRB x KP pairs */
@@ -276,7 +280,7 @@ static void
 rows_step(void *arg, int r0, int nr, int lo, int hi)
 {
 	struct i16_st	*st = arg;
-	const int	 hd2 = st->hd2, hdp = st->hdp;
+	const int	 hd2 = st->hd2, hd = st->hd;
 	const int	 c0 = lo & ~(8 * QNV - 1);
 	const int	 c1 = (hi + 8 * QNV - 1) & ~(8 * QNV - 1);
 	const float	*sc;
@@ -294,63 +298,62 @@ rows_step(void *arg, int r0, int nr, int lo, int hi)
 		for (r = 0; r < R; r++)
 			if (st->sc[r] != 1.0f)
 				sc = st->sc;
-		for (c = 0; c < hdp; c += 8 * DNV) {
-			NV = (hdp - c) / 8 < DNV ? (hdp - c) / 8 : DNV;
-			pv_block(R, NV, st->o + (size_t)b * hdp + c, hdp, st->p,
-			    st->pd, st->v + c, hdp, lo / 2, (hi + 1) / 2, sc);
+		for (c = 0; c < hd; c += 8 * DNV) {
+			NV = (hd - c) / 8 < DNV ? (hd - c) / 8 : DNV;
+			pv_block(R, NV, st->o + (size_t)b * hd + c, hd, st->p,
+			    st->pd, st->v + c, hd, lo / 2, (hi + 1) / 2, sc);
 		}
 	}
 }
 
+/* Copy n 32-byte vectors from src to dst. */
+AI void
+copy_vecs(void *dst, const void *src, int n)
+{
+	int	i;
+
+	for (i = 0; i < n; i++)
+		_mm256_storeu_si256((__m256i *)dst + i, _mm256_loadu_si256(
+		    (const __m256i *)src + i));
+}
+
 /*
- * The code tiles of positions t0+x0..t0+tn-1 straight from an I16 pool's
- * pages (kvcache.h), whose layout is the tiles': key pairs into k with
- * their scales kd, value pairs into v with vd.  The slots outside hold code
- * 0 and scale 0.
+ * The code tiles of positions t0+x0..t0+tn-1 from an I16 pool's pages
+ * (kvcache.h), whose layout is the tiles': key pairs into k with their
+ * scales kd, value pairs into v with vd, eight keys at a time (keys j..j+7,
+ * j a multiple of 8 as t0 and block_size are, lie in one page).  Slots of
+ * those eights outside the positions bring whatever their page holds, and
+ * the other eights keep what they held: their scores are masked and their
+ * weights are 0.
  */
 static void
 gather_codes(struct i16_st *st, uint32_t t0, int x0, int tn)
 {
 	const struct attn_job	*j = st->j;
 	const struct kv_pool	*pool = j->pool;
-	const int		 bs = (int)pool->layout.block_size;
-	const int		 hd = st->hd, hd2 = st->hd2, hdp = st->hdp;
+	const uint32_t		 bs = pool->layout.block_size;
+	const int		 hd = st->hd, hd2 = st->hd2;
 	const uint32_t		*kb, *vb;
-	uint32_t		 p, blk;
-	int			 x, len, slot, i, r;
+	uint32_t		 p, blk, slot;
+	int			 x, i;
 
-	if (x0 > 0 || tn < KT) {
-		memset(st->k, 0, (size_t)hd2 * KT * sizeof *st->k);
-		memset(st->kd, 0, KT * sizeof *st->kd);
-		memset(st->v, 0, (size_t)KP * hdp * sizeof *st->v);
-		memset(st->vd, 0, KT * sizeof *st->vd);
-	}
-	for (x = x0; x < tn; x += len) {
+	for (x = x0 & ~7; x < tn; x += 8) {
 		p = t0 + (uint32_t)x;
 		blk = j->blocks[p / bs];
-		slot = (int)(p % bs);
-		len = bs - slot < tn - x ? bs - slot : tn - x;
-		kb = kv_block_k(pool, blk, j->layer, j->kv_head);
-		vb = kv_block_v(pool, blk, j->layer, j->kv_head);
+		slot = p % bs;
+		kb = (const uint32_t *)kv_block_k(pool, blk, j->layer,
+		    j->kv_head) + slot;
+		vb = (const uint32_t *)kv_block_v(pool, blk, j->layer,
+		    j->kv_head) + (size_t)slot / 2 * hd;
 		for (i = 0; i < hd2; i++)
-			memcpy(st->k + (size_t)i * KT + x, kb + (size_t)i * bs +
-			    slot, (size_t)len * sizeof *kb);
-		memcpy(st->kd + x, kv_block_kscale(pool, blk, j->layer,
-		    j->kv_head) + slot, (size_t)len * sizeof(float));
-		memcpy(st->vd + x, kv_block_vscale(pool, blk, j->layer,
-		    j->kv_head) + slot, (size_t)len * sizeof(float));
-		/* x and slot have the same parity (t0 and bs are even). */
-		for (r = x / 2; r <= (x + len - 1) / 2; r++)
-			memcpy(st->v + (size_t)r * hdp, vb + (size_t)((slot - x) /
-			    2 + r) * hd, (size_t)hd * sizeof *vb);
+			copy_vecs(st->k + (size_t)i * KT + x, kb + (size_t)i * bs,
+			    1);
+		copy_vecs(st->kd + x, kv_block_kscale(pool, blk, j->layer,
+		    j->kv_head) + slot, 1);
+		copy_vecs(st->vd + x, kv_block_vscale(pool, blk, j->layer,
+		    j->kv_head) + slot, 1);
+		copy_vecs(st->v + (size_t)x / 2 * hd, vb, hd / 2);
 	}
-	/* Half pairs outside the positions: the slot before x0, after tn. */
-	if (x0 % 2 != 0)
-		for (i = 0; i < hd; i++)
-			st->v[(size_t)(x0 / 2) * hdp + i] &= 0xffff0000u;
-	if (tn % 2 != 0)
-		for (i = 0; i < hd; i++)
-			st->v[(size_t)(tn / 2) * hdp + i] &= 0x0000ffffu;
 }
 
 /* Round a count of 32-bit elements up to whole 64-byte lines. */
@@ -360,7 +363,7 @@ gather_codes(struct i16_st *st, uint32_t t0, int x0, int tn)
 size_t
 attn_i16_scratch_floats(int n_tok, int grp, int hd)
 {
-	size_t	nq = (size_t)n_tok * grp, hdp = vecs(hd), hd2 = (hd + 1) / 2;
+	size_t	nq = (size_t)n_tok * grp, hdp = vecs(hd), hd2 = hdp / 2;
 
 	return (16 + LN(nq * hd2) + LN(nq) + LN(nq * hdp) + LN(nq) +
 	    LN(nq * 8) + LN(hd2 * KT) + LN(KT) + LN(KP * hdp) + LN(KT) +
@@ -384,31 +387,29 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 	st.j = j;
 	st.hd = hd;
 	st.hd2 = hd / 2;
-	st.hdp = (int)vecs(hd);
 	qmax = kv_i16_kmax((uint32_t)hd);
 	f = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 	st.q = (uint32_t *)f;
 	st.qd = f + LN(nq * st.hd2);
 	st.o = st.qd + LN(nq);
-	st.mx = st.o + LN(nq * st.hdp);
+	st.mx = st.o + LN(nq * hd);
 	st.ls = st.mx + LN(nq);
 	st.k = (uint32_t *)(st.ls + LN(nq * 8));
 	st.kd = (float *)(st.k + LN(st.hd2 * KT));
 	st.v = (uint32_t *)(st.kd + LN(KT));
-	st.vd = (float *)(st.v + LN(KP * st.hdp));
+	st.vd = (float *)(st.v + LN(KP * hd));
 	st.s = st.vd + LN(KT);
 	st.p = (uint32_t *)(st.s + LN(IRB * KT));
 	qs = (float *)(st.p + LN(IRB * KP));
 
 	/* Each row's scaled query as codes of its largest |q| at qmax. */
-	memset(qs, 0, (size_t)st.hdp * sizeof *qs);
 	for (t = 0; t < j->n_tok; t++)
 		for (r = 0; r < grp; r++) {
 			const int qi = t * grp + r;
 
 			scaled_query(j, t, r, qs);
 			m = _mm256_setzero_ps();
-			for (d = 0; d < st.hdp; d += 8)
+			for (d = 0; d < hd; d += 8)
 				m = _mm256_max_ps(m, abs8(_mm256_loadu_ps(qs + d)));
 			mx = hmax8(m);
 			st.qd[qi] = mx / (float)qmax;
@@ -418,20 +419,15 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 				__m256i c = _mm256_permute4x64_epi64(
 				    _mm256_packs_epi32(codes8(_mm256_loadu_ps(qs +
 				    d), inv), _mm256_setzero_si256()), 0x08);
-				int16_t	h[8];
 
-				_mm_storeu_si128((__m128i *)h,
+				_mm_storeu_si128((__m128i *)(qc + d),
 				    _mm256_castsi256_si128(c));
-				memcpy(qc + d, h, (size_t)(hd - d < 8 ? hd - d : 8) *
-				    sizeof *h);
 			}
 		}
-	memset(st.o, 0, (size_t)nq * st.hdp * sizeof(float));
+	memset(st.o, 0, (size_t)nq * hd * sizeof(float));
 	memset(st.ls, 0, (size_t)nq * 8 * sizeof(float));
 	for (r = 0; r < nq; r++)
 		st.mx[r] = -INFINITY;
-	if (st.hdp != hd)	/* padding lanes of the values stay zero */
-		memset(st.v, 0, (size_t)KP * st.hdp * sizeof *st.v);
 
 	first = win != 0 && j->pos0 + 1 > win ? j->pos0 + 1 - win : 0;
 	for (kt = (int)(first / KT); kt <= (int)(last / KT); kt++) {
@@ -445,5 +441,5 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 		attn_tile_rows(j, t0, rows_step, &st);
 	}
 
-	store_out(j, st.o, st.hdp, st.ls);
+	store_out(j, st.o, hd, st.ls);
 }

@@ -70,9 +70,9 @@ kv_layout_check(const struct kv_layout *l, char **cause)
 		set_cause(cause, "kv type %u is not F16, F32 or I16", l->type);
 		return (-1);
 	}
-	if (l->type == KV_TYPE_I16 && l->head_dim % 2 != 0) {
-		set_cause(cause, "kv type I16 needs an even head_dim, not %u",
-		    l->head_dim);
+	if (l->type == KV_TYPE_I16 && l->head_dim % KV_I16_HD_ALIGN != 0) {
+		set_cause(cause, "kv type I16 needs a head_dim that is a "
+		    "multiple of %d, not %u", KV_I16_HD_ALIGN, l->head_dim);
 		return (-1);
 	}
 	return (0);

@@ -22,7 +22,7 @@
  *
  * KV_TYPE_I16 holds 16-bit integer codes for the 16-bit integer attention
  * kernel (attn_i16.c), in pairs as its products take them, then one float
- * scale per key and per value:
+ * scale per key and per value (head_dim a multiple of KV_I16_HD_ALIGN):
  *	K: [kv_head][head_dim / 2][block_size] of (dimension 2i, 2i + 1)
  *	V: [kv_head][block_size / 2][head_dim] of (slot 2j, 2j + 1)
  *	K scales: [kv_head][block_size], then V scales: [kv_head][block_size]
@@ -47,6 +47,8 @@
  * of weight and value codes do).
  */
 #define KV_I16_VMAX		5792
+/* I16's head_dim is a multiple of this: whole vectors of 8 pairs. */
+#define KV_I16_HD_ALIGN		8
 int		 kv_i16_kmax(uint32_t head_dim);
 
 struct kv_layout {

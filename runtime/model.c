@@ -617,7 +617,8 @@ model_kv_pool_create(const struct model *m, uint32_t n_blocks, char **cause)
 {
 	struct kv_layout	l = m->info.kv;
 
-	if (m->attn_i16 && l.type == KV_TYPE_F16 && l.head_dim % 2 == 0)
+	if (m->attn_i16 && l.type == KV_TYPE_F16 &&
+	    l.head_dim % KV_I16_HD_ALIGN == 0)
 		l.type = KV_TYPE_I16;
 	return (kv_pool_create(&l, n_blocks, cause));
 }

@@ -15,21 +15,24 @@
 static void
 test_i16(void)
 {
-	struct kv_layout l = { .n_layers = 2, .n_kv_heads = 3, .head_dim = 6,
+	enum { HD = 8 };
+	struct kv_layout l = { .n_layers = 2, .n_kv_heads = 3, .head_dim = HD,
 			    .block_size = 8, .type = KV_TYPE_I16 };
 	struct kv_pool	*p;
 	char		*cause = NULL;
-	float		 k[6] = { 1.0f, -2.0f, 0.5f, 4.0f, -4.0f, 0.001f };
-	float		 v[6] = { -0.25f, 0.125f, 3.0f, 0.0f, -1.0f, 2.0f };
-	float		 z[6] = { 0 }, bad[6] = { 1, 2, NAN, 3, 4, 5 };
+	float		 k[HD] = { 1.0f, -2.0f, 0.5f, 4.0f, -4.0f, 0.001f, 3.0f,
+			    -0.75f };
+	float		 v[HD] = { -0.25f, 0.125f, 3.0f, 0.0f, -1.0f, 2.0f,
+			    1.5f, -2.5f };
+	float		 z[HD] = { 0 }, bad[HD] = { 1, 2, NAN, 3, 4, 5, 6, 7 };
 	const int16_t	*kc, *vc;
 	float		 ks, vs, err = 0;
-	int		 kmax = kv_i16_kmax(6), d, ok_layout = 1;
+	int		 kmax = kv_i16_kmax(HD), d, ok_layout = 1;
 
-	/* 2 layers x 3 heads x 8 slots x (2 x 6 codes x 2 bytes + 2 scales). */
-	is_int(kv_layout_block_bytes(&l), 2 * 3 * 8 * (2 * 6 * 2 + 8),
+	/* 2 layers x 3 heads x 8 slots x (2 x 8 codes x 2 bytes + 2 scales). */
+	is_int(kv_layout_block_bytes(&l), 2 * 3 * 8 * (2 * HD * 2 + 8),
 	    "I16 block bytes");
-	is_int(kmax, 18918, "largest key code for head_dim 6");
+	is_int(kmax, 16383, "largest key code for head_dim 8");
 	if (!ok((p = kv_pool_create(&l, 2, &cause)) != NULL, "I16 pool"))
 		return;
 	/* Block 1, layer 1, head 2, slot 5 (odd: the high halves of V). */
@@ -40,23 +43,23 @@ test_i16(void)
 	vs = kv_block_vscale(p, 1, 1, 2)[5];
 	ok(ks == 4.0f / kmax && vs == 3.0f / KV_I16_VMAX,
 	    "scales: largest over the code limit (%g, %g)", ks, vs);
-	for (d = 0; d < 6; d++) {
+	for (d = 0; d < HD; d++) {
 		int16_t kq = kc[((d / 2) * 8 + 5) * 2 + d % 2];
-		int16_t vq = vc[((5 / 2) * 6 + d) * 2 + 1];
+		int16_t vq = vc[((5 / 2) * HD + d) * 2 + 1];
 
 		err = fmaxf(err, fabsf(kq * ks - k[d]) / ks);
 		err = fmaxf(err, fabsf(vq * vs - v[d]) / vs);
 	}
 	ok(err <= 0.501f, "codes within half a step (%g)", err);
 	is_int(kc[((3 / 2) * 8 + 5) * 2 + 1], kmax, "largest key is the limit");
-	is_int(vc[((5 / 2) * 6 + 2) * 2 + 1], KV_I16_VMAX,
+	is_int(vc[((5 / 2) * HD + 2) * 2 + 1], KV_I16_VMAX,
 	    "largest value is the limit");
 	/* Nothing else of the block was written. */
-	for (d = 0; d < 6 * 8; d++)
+	for (d = 0; d < HD * 8; d++)
 		if (d != ((d / 16) * 8 + 5) * 2 + d % 2 && kc[d] != 0)
 			ok_layout = 0;
-	for (d = 0; d < 6 * 8; d++)
-		if ((d / 12 != 5 / 2 || d % 2 != 1) && vc[d] != 0)
+	for (d = 0; d < HD * 8; d++)
+		if ((d / (2 * HD) != 5 / 2 || d % 2 != 1) && vc[d] != 0)
 			ok_layout = 0;
 	ok(ok_layout, "only the slot's halves hold codes");
 	is_int(kv_block_kscale(p, 1, 1, 1)[5] == 0.0f &&
@@ -331,8 +334,8 @@ main(void)
 		bad.type = KV_TYPE_I16;
 		bad.head_dim = 5;
 		ok(kv_layout_check(&bad, &cause) == -1, "I16 of head_dim 5 rejected");
-		is_str(cause, "kv type I16 needs an even head_dim, not 5",
-		    "odd head_dim error");
+		is_str(cause, "kv type I16 needs a head_dim that is a multiple "
+		    "of 8, not 5", "head_dim error");
 		free(cause);
 		cause = NULL;
 		ok(kv_pool_create(&l, 0, &cause) == NULL, "empty pool rejected");
