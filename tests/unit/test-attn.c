@@ -273,9 +273,9 @@ run_case(const struct kernel *kn, const struct acase *c)
 	memset(&seq, 0, sizeof seq);
 	kv_seq_reserve(pool, &seq, (uint32_t)c->n_keys);
 	/*
-	 * Codes are read where they lie, whole vectors of slots: the slots
-	 * past the last key and those before every query's window hold
-	 * codes -1 and NaN scales, which must not reach an output.
+	 * The kernel copies whole vectors of eight slots and zeroes none:
+	 * the slots past the last key and those before every query's window
+	 * hold codes -1 and NaN scales, which must not reach an output.
 	 */
 	if (c->kv == KV_TYPE_I16)
 		memset(pool->data, 0xff, (size_t)pool->n_blocks *
