@@ -346,8 +346,8 @@ gather_codes(struct i16_st *st, uint32_t t0, int x0, int tn)
 		vb = (const uint32_t *)kv_block_v(pool, blk, j->layer,
 		    j->kv_head) + (size_t)slot / 2 * hd;
 		for (i = 0; i < hd2; i++)
-			copy_vecs(st->k + (size_t)i * KT + x, kb + (size_t)i * bs,
-			    1);
+			copy_vecs(st->k + (size_t)i * KT + x,
+			    kb + (size_t)i * bs, 1);
 		copy_vecs(st->kd + x, kv_block_kscale(pool, blk, j->layer,
 		    j->kv_head) + slot, 1);
 		copy_vecs(st->vd + x, kv_block_vscale(pool, blk, j->layer,

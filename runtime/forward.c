@@ -462,7 +462,7 @@ attn_task_tiled(struct fwd_ctx *c, const struct attn_task *t, float *scratch)
 	j.qscale = c->m->hp.q_scale;
 	j.cap = c->m->hp.attn_softcap;
 	j.win = c->m->layers[c->layer].swa ? mi->n_swa : 0;
-	/* An I16 pool is made for the 16-bit integer kernel, which reads no other. */
+	/* I16 pools are for the 16-bit integer kernel, which reads no other. */
 	if (c->pool->layout.type == KV_TYPE_I16)
 		attn_run_i16(&j, scratch);
 	else if (c->avx512 && c->m->attn_bf16)

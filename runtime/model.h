@@ -202,7 +202,7 @@ struct model {
 	float			*rope_long, *rope_short; /* LongRoPE or NULL */
 	struct model_rope	 rope[2];	/* global layers, local layers */
 	int			 attn_bf16;	/* attn_run_bf16 on the CPU */
-	int			 attn_i16;	/* F16 pools as I16, for attn_run_i16 */
+	int			 attn_i16;	/* F16 pools made I16 */
 	uint32_t		 n_f16;		/* F16 weight matrices */
 	uint32_t		 n_f16_bf16;	/* of them, holding bf16 values */
 	uint32_t		 n_f16_i16;	/* of them, on 16-bit integers */

@@ -585,7 +585,8 @@ main(int argc, char **argv)
 
 	/* The CPU's attention kernel; other backends compute their own. */
 	attn_i16 = p.pool->layout.type == KV_TYPE_I16;
-	attn_bf16 = strcmp(p.be->name, "cpu") == 0 && p.m->attn_bf16 && !attn_i16;
+	attn_bf16 = strcmp(p.be->name, "cpu") == 0 && p.m->attn_bf16 &&
+	    !attn_i16;
 	if (o.json) {
 		printf("{\"model\":\"");
 		for (i = 0; o.model[i] != '\0'; i++)

@@ -129,10 +129,10 @@ kv_poison_i16(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int p0,
 
 	for (p = p0; p < p1; p++)
 		for (g = 0; g < n_kv; g++) {
-			kv_block_kscale(pool, seq->blocks[p / bs], 0, g)[p % bs] =
-			    NAN;
-			kv_block_vscale(pool, seq->blocks[p / bs], 0, g)[p % bs] =
-			    NAN;
+			kv_block_kscale(pool, seq->blocks[p / bs], 0,
+			    g)[p % bs] = NAN;
+			kv_block_vscale(pool, seq->blocks[p / bs], 0,
+			    g)[p % bs] = NAN;
 		}
 }
 
@@ -404,7 +404,7 @@ main(void)
 		{ 37, 3, 24, 0, 140, 139, 0, 0, 0 },
 		/* scores far apart: e^x of differences below -87 */
 		{ 64, 8, 16, 1, 300, 80, 0, 0, 30.0f },
-		/* codes in the cache (the 16-bit integer kernel's only pools) */
+		/* codes in the cache (the 16-bit kernel's only pools) */
 		{ 64, 8, 16, 2, 300, 80, 0, 0, 0 },
 		{ 64, 4, 24, 2, 131, 70, 0, 0, 0 },
 		{ 128, 4, 32, 2, 150, 150, 0, 0, 0 },
@@ -448,7 +448,7 @@ main(void)
 		}
 		rng = 0x9e3779b97f4a7c15ULL;	/* the same data for each */
 		for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
-			/* The 16-bit kernel reads codes only, and only it reads them. */
+			/* Codes for the 16-bit kernel only, and only codes. */
 			if ((cases[i].kv == KV_TYPE_I16) ==
 			    (kernels[k].round == R_I16))
 				run_case(&kernels[k], &cases[i]);

@@ -20,11 +20,12 @@ test_i16(void)
 			    .block_size = 8, .type = KV_TYPE_I16 };
 	struct kv_pool	*p;
 	char		*cause = NULL;
-	float		 k[HD] = { 1.0f, -2.0f, 0.5f, 4.0f, -4.0f, 0.001f, 3.0f,
-			    -0.75f };
+	float		 k[HD] = { 1.0f, -2.0f, 0.5f, 4.0f, -4.0f, 0.001f,
+			    3.0f, -0.75f };
 	float		 v[HD] = { -0.25f, 0.125f, 3.0f, 0.0f, -1.0f, 2.0f,
 			    1.5f, -2.5f };
-	float		 z[HD] = { 0 }, bad[HD] = { 1, 2, NAN, 3, 4, 5, 6, 7 };
+	float		 z[HD] = { 0 };
+	float		 bad[HD] = { 1, 2, NAN, 3, 4, 5, 6, 7 };
 	const int16_t	*kc, *vc;
 	float		 ks, vs, err = 0;
 	int		 kmax = kv_i16_kmax(HD), d, ok_layout = 1;
