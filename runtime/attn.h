@@ -81,6 +81,43 @@ attn_tile_rows(const struct attn_job *j, uint32_t t0,
 		step(arg, run * grp, (j->n_tok - run) * grp, 0, (int)kt);
 }
 
+/* Round a float count up to whole 64-byte lines (the kernels' scratch). */
+static inline size_t
+attn_lines(size_t n)
+{
+	return ((n + 15) & ~(size_t)15);
+}
+
+/*
+ * Ask for the pages of the key tile after the one at t0 of job j (up to
+ * position last) in the second-level cache: its keys and values arrive
+ * while this tile is worked on.  Shared by the kernels.
+ */
+static inline void
+attn_prefetch_next(const struct attn_job *j, uint32_t t0, uint32_t last)
+{
+	const struct kv_pool	*pool = j->pool;
+	const uint32_t		 bs = pool->layout.block_size;
+	const uint32_t		 n0 = t0 + ATTN_KEY_TILE;
+	const size_t		 bytes = (size_t)pool->layout.head_dim * bs *
+				    pool->elem_size;
+	const char		*k, *v;
+	uint32_t		 p, end;
+	size_t			 o;
+
+	if (last < n0)
+		return;
+	end = last + 1 < n0 + ATTN_KEY_TILE ? last + 1 : n0 + ATTN_KEY_TILE;
+	for (p = n0 - n0 % bs; p < end; p += bs) {
+		k = kv_block_k(pool, j->blocks[p / bs], j->layer, j->kv_head);
+		v = kv_block_v(pool, j->blocks[p / bs], j->layer, j->kv_head);
+		for (o = 0; o < bytes; o += 64) {
+			__builtin_prefetch(k + o, 0, 2);	/* prefetcht1 */
+			__builtin_prefetch(v + o, 0, 2);
+		}
+	}
+}
+
 /*
  * Floats of scratch attn_run_avx512 needs for jobs of up to n_tok tokens
  * and grp heads of head_dim.

@@ -303,8 +303,8 @@ attn_avx2_scratch_floats(int n_tok, int grp, int hd)
 {
 	size_t	nq = (size_t)n_tok * grp, hdp = vecs(hd);
 
-	return (16 + lines(nq * hd) + lines(nq * hdp) + lines(nq) +
-	    lines(nq * 8) + lines((size_t)hd * KT) + lines(KT * hdp) +
+	return (16 + attn_lines(nq * hd) + attn_lines(nq * hdp) + attn_lines(nq) +
+	    attn_lines(nq * 8) + attn_lines((size_t)hd * KT) + attn_lines(KT * hdp) +
 	    RB * KT);
 }
 
@@ -325,12 +325,12 @@ attn_run_avx2(const struct attn_job *j, float *scratch)
 	st.hdp = (int)vecs(hd);
 	f = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 	st.q = f;
-	st.o = st.q + lines((size_t)nq * hd);
-	st.mx = st.o + lines((size_t)nq * st.hdp);
-	st.ls = st.mx + lines(nq);
-	st.k = st.ls + lines((size_t)nq * 8);
-	st.v = st.k + lines((size_t)hd * KT);
-	st.s = st.v + lines((size_t)KT * st.hdp);
+	st.o = st.q + attn_lines((size_t)nq * hd);
+	st.mx = st.o + attn_lines((size_t)nq * st.hdp);
+	st.ls = st.mx + attn_lines(nq);
+	st.k = st.ls + attn_lines((size_t)nq * 8);
+	st.v = st.k + attn_lines((size_t)hd * KT);
+	st.s = st.v + attn_lines((size_t)KT * st.hdp);
 
 	for (t = 0; t < j->n_tok; t++)
 		for (r = 0; r < grp; r++)
@@ -348,9 +348,7 @@ attn_run_avx2(const struct attn_job *j, float *scratch)
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
 		gather(j, st.k, st.v, st.hdp, t0, first > t0 ?
 		    (int)(first - t0) : 0, tn);
-		if (last >= t0 + KT)
-			prefetch_tile(j, t0 + KT, last - (t0 + KT) + 1 < KT ?
-			    (int)(last - (t0 + KT) + 1) : KT);
+		attn_prefetch_next(j, t0, last);
 		attn_tile_rows(j, t0, rows_step, &st);
 	}
 

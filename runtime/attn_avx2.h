@@ -1,8 +1,8 @@
 /*
  * attn_avx2.h: what the AVX2 attention kernels share (attn_avx2.c with f32
  * products, attn_i16.c with 16-bit integer ones): the tile sizes, e^x, the
- * online softmax step, the prefetch of the next tile and the final division
- * by the sums.  Each kernel file includes it once.
+ * online softmax step and the final division by the sums.  Each kernel
+ * file includes it once.
  */
 #ifndef PHASED_ATTN_AVX2_H
 #define PHASED_ATTN_AVX2_H
@@ -149,39 +149,6 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 			t = _mm256_mul_ps(t, _mm256_set1_ps(sc[r]));
 		_mm256_storeu_ps(ls + (size_t)8 * r, _mm256_add_ps(t, sum));
 	}
-}
-
-/*
- * Ask for the pages of positions t0..t0+tn-1 of job j in the second-level
- * cache: the next tile's keys and values arrive while this tile is worked
- * on.
- */
-static void
-prefetch_tile(const struct attn_job *j, uint32_t t0, int tn)
-{
-	const struct kv_pool	*pool = j->pool;
-	const uint32_t		 bs = pool->layout.block_size;
-	const size_t		 bytes = (size_t)pool->layout.head_dim * bs *
-				    pool->elem_size;
-	const char		*k, *v;
-	uint32_t		 p;
-	size_t			 o;
-
-	for (p = t0 - t0 % bs; p < t0 + (uint32_t)tn; p += bs) {
-		k = kv_block_k(pool, j->blocks[p / bs], j->layer, j->kv_head);
-		v = kv_block_v(pool, j->blocks[p / bs], j->layer, j->kv_head);
-		for (o = 0; o < bytes; o += 64) {
-			_mm_prefetch(k + o, _MM_HINT_T1);
-			_mm_prefetch(v + o, _MM_HINT_T1);
-		}
-	}
-}
-
-/* Round a float count up to whole 64-byte lines. */
-static size_t
-lines(size_t n)
-{
-	return ((n + 15) & ~(size_t)15);
 }
 
 /* Round a float count up to whole vectors. */

@@ -247,10 +247,10 @@ gather(struct attn_st *st, uint32_t t0, int x0, int tn)
 size_t
 attn_avx512_scratch_floats(int n_tok, int grp, int hd)
 {
-	size_t	nq = (size_t)n_tok * grp, hdp = lines(hd);
+	size_t	nq = (size_t)n_tok * grp, hdp = attn_lines(hd);
 
-	return (16 + lines(nq * hd) + nq * hdp + lines(nq) + nq * 16 +
-	    lines((size_t)hd * KT) + KT * hdp + RB * KT);
+	return (16 + attn_lines(nq * hd) + nq * hdp + attn_lines(nq) + nq * 16 +
+	    attn_lines((size_t)hd * KT) + KT * hdp + RB * KT);
 }
 
 /* Run one attention job (see attn.h). */
@@ -267,14 +267,14 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 
 	st.j = j;
 	st.hd = hd;
-	st.hdp = (int)lines(hd);
+	st.hdp = (int)attn_lines(hd);
 	f = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 	st.q = f;
-	st.o = st.q + lines((size_t)nq * hd);
+	st.o = st.q + attn_lines((size_t)nq * hd);
 	st.mx = st.o + (size_t)nq * st.hdp;
-	st.ls = st.mx + lines(nq);
+	st.ls = st.mx + attn_lines(nq);
 	st.k = st.ls + (size_t)nq * 16;
-	st.v = st.k + lines((size_t)hd * KT);
+	st.v = st.k + attn_lines((size_t)hd * KT);
 	st.s = st.v + (size_t)KT * st.hdp;
 
 	for (t = 0; t < j->n_tok; t++)
@@ -304,9 +304,7 @@ attn_run_avx512(const struct attn_job *j, float *scratch)
 		t0 = (uint32_t)kt * KT;
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
 		gather(&st, t0, first > t0 ? (int)(first - t0) : 0, tn);
-		if (last >= t0 + KT)
-			prefetch_tile(j, t0 + KT, last - (t0 + KT) + 1 < KT ?
-			    (int)(last - (t0 + KT) + 1) : KT);
+		attn_prefetch_next(j, t0, last);
 		attn_tile_rows(j, t0, rows_step, &st);
 	}
 

@@ -1,8 +1,8 @@
 /*
  * attn_avx512.h: what the AVX-512 attention kernels share (attn_avx512.c
  * with f32 products, attn_bf16.c with bf16 ones): the tile sizes, e^x,
- * the online softmax step, the prefetch of the next tile and the final
- * division by the sums.  Each kernel file includes it once.
+ * the online softmax step and the final division by the sums.  Each
+ * kernel file includes it once.
  */
 #ifndef PHASED_ATTN_AVX512_H
 #define PHASED_ATTN_AVX512_H
@@ -160,38 +160,6 @@ softmax_rows(int R, float *s, int lo, int hi, float cap, float *mx, float *ls,
 			t = _mm512_mul_ps(t, _mm512_set1_ps(sc[r]));
 		_mm512_storeu_ps(ls + (size_t)16 * r, _mm512_add_ps(t, sum));
 	}
-}
-
-/*
- * Ask for the pages of positions t0..t0+tn-1 of job j in the second-level cache:
- * the next tile's keys and values arrive while this tile is worked on.
- */
-static void
-prefetch_tile(const struct attn_job *j, uint32_t t0, int tn)
-{
-	const struct kv_pool	*pool = j->pool;
-	const uint32_t		 bs = pool->layout.block_size;
-	const size_t		 bytes = (size_t)pool->layout.head_dim * bs *
-				    pool->elem_size;
-	const char		*k, *v;
-	uint32_t		 p;
-	size_t			 o;
-
-	for (p = t0 - t0 % bs; p < t0 + (uint32_t)tn; p += bs) {
-		k = kv_block_k(pool, j->blocks[p / bs], j->layer, j->kv_head);
-		v = kv_block_v(pool, j->blocks[p / bs], j->layer, j->kv_head);
-		for (o = 0; o < bytes; o += 64) {
-			_mm_prefetch(k + o, _MM_HINT_T1);
-			_mm_prefetch(v + o, _MM_HINT_T1);
-		}
-	}
-}
-
-/* Round a float count up to whole 64-byte lines. */
-static size_t
-lines(size_t n)
-{
-	return ((n + 15) & ~(size_t)15);
 }
 
 /*

@@ -276,10 +276,10 @@ gather(struct bf_st *st, uint32_t t0, int x0, int tn)
 size_t
 attn_bf16_scratch_floats(int n_tok, int grp, int hd)
 {
-	size_t	nq = (size_t)n_tok * grp, hdp = lines(hd), hd2 = (hd + 1) / 2;
+	size_t	nq = (size_t)n_tok * grp, hdp = attn_lines(hd), hd2 = (hd + 1) / 2;
 
-	return (16 + lines(nq * hd2) + nq * hdp + lines(nq) + nq * 16 +
-	    lines(hd2 * KT) + KP * hdp + RB * KT + RB * KP);
+	return (16 + attn_lines(nq * hd2) + nq * hdp + attn_lines(nq) + nq * 16 +
+	    attn_lines(hd2 * KT) + KP * hdp + RB * KT + RB * KP);
 }
 
 /* Run one attention job with bf16 products (see attn.h). */
@@ -297,14 +297,14 @@ attn_run_bf16(const struct attn_job *j, float *scratch)
 	st.j = j;
 	st.hd = hd;
 	st.hd2 = (hd + 1) / 2;
-	st.hdp = (int)lines(hd);
+	st.hdp = (int)attn_lines(hd);
 	f = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 	st.q = (uint32_t *)f;
-	st.o = f + lines((size_t)nq * st.hd2);
+	st.o = f + attn_lines((size_t)nq * st.hd2);
 	st.mx = st.o + (size_t)nq * st.hdp;
-	st.ls = st.mx + lines(nq);
+	st.ls = st.mx + attn_lines(nq);
 	st.k = (uint32_t *)(st.ls + (size_t)nq * 16);
-	st.v = st.k + lines((size_t)st.hd2 * KT);
+	st.v = st.k + attn_lines((size_t)st.hd2 * KT);
 	st.s = (float *)(st.v + (size_t)KP * st.hdp);
 	st.p = (uint32_t *)(st.s + (size_t)RB * KT);
 
@@ -341,9 +341,7 @@ attn_run_bf16(const struct attn_job *j, float *scratch)
 		t0 = (uint32_t)kt * KT;
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
 		gather(&st, t0, first > t0 ? (int)(first - t0) : 0, tn);
-		if (last >= t0 + KT)
-			prefetch_tile(j, t0 + KT, last - (t0 + KT) + 1 < KT ?
-			    (int)(last - (t0 + KT) + 1) : KT);
+		attn_prefetch_next(j, t0, last);
 		attn_tile_rows(j, t0, rows_step, &st);
 	}
 

@@ -357,7 +357,7 @@ gather_codes(struct i16_st *st, uint32_t t0, int x0, int tn)
 }
 
 /* Round a count of 32-bit elements up to whole 64-byte lines. */
-#define LN(n)	lines((size_t)(n))
+#define LN(n)	attn_lines((size_t)(n))
 
 /* Floats of scratch for jobs of up to n_tok tokens of grp heads of hd. */
 size_t
@@ -435,9 +435,7 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 		tn = last - t0 + 1 < KT ? (int)(last - t0 + 1) : KT;
 		x0 = first > t0 ? (int)(first - t0) : 0;
 		gather_codes(&st, t0, x0, tn);
-		if (last >= t0 + KT)
-			prefetch_tile(j, t0 + KT, last - (t0 + KT) + 1 < KT ?
-			    (int)(last - (t0 + KT) + 1) : KT);
+		attn_prefetch_next(j, t0, last);
 		attn_tile_rows(j, t0, rows_step, &st);
 	}
 
