@@ -387,7 +387,7 @@ attn_run_i16(const struct attn_job *j, float *scratch)
 	st.j = j;
 	st.hd = hd;
 	st.hd2 = hd / 2;
-	qmax = kv_i16_kmax((uint32_t)hd);
+	qmax = j->pool->i16_kmax;
 	f = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 	st.q = (uint32_t *)f;
 	st.qd = f + LN(nq * st.hd2);

@@ -129,7 +129,7 @@ kv_put_i16(struct kv_pool *p, uint32_t block, uint32_t slot,
 
 	/* Dimension d of the key: pair row d / 2, the slot's pair, half d % 2. */
 	kv_block_kscale(p, block, layer, head)[slot] = i16_codes(k, hd,
-	    kv_i16_kmax(hd), c);
+	    p->i16_kmax, c);
 	for (d = 0; d < hd; d++)
 		kc[((size_t)(d / 2) * bs + slot) * 2 + d % 2] = c[d];
 	/* Dimension d of the value: pair row slot / 2, pair d, half slot % 2. */
@@ -181,6 +181,7 @@ kv_pool_create(const struct kv_layout *l, uint32_t n_blocks, char **cause)
 	p->v_offset = (size_t)l->n_kv_heads * l->head_dim * l->block_size *
 	    p->elem_size;
 	p->s_offset = 2 * p->v_offset;
+	p->i16_kmax = kv_i16_kmax(l->head_dim);
 	/* Large pools come from calloc's mmap: pages are zero until touched. */
 	p->data = calloc(n_blocks, bb);
 	if (p->data == NULL) {

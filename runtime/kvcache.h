@@ -67,6 +67,7 @@ struct kv_pool {
 	size_t		 layer_bytes;	/* one layer's K and V in a block */
 	size_t		 v_offset;	/* V after K inside a layer */
 	size_t		 s_offset;	/* I16: the scales after V in a layer */
+	int		 i16_kmax;	/* I16: kv_i16_kmax(head_dim) */
 	uint8_t		*data;		/* n_blocks * block_bytes */
 	uint32_t	*free_stack;	/* free block ids, n_free of them */
 	uint32_t	 n_free;
