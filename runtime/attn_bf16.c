@@ -12,9 +12,10 @@
  * their natural order.  A weighted value sums pairs of keys: the value tile
  * is laid out [KT / 2][hdp] of (key 2i, 2i + 1) pairs, the weights as pairs
  * in their natural order.  So a row whose keys start or end on an odd slot
- * shares a pair with a key it must not see; that key's weight is exactly 0
- * and its value is always finite (slots outside the stored positions are
- * zeroed), so the product adds nothing.
+ * shares a pair with a key it must not see: that key's weight is exactly 0,
+ * and its half of the value pair is cleared for the product, since 0 times
+ * a NaN or infinite value (a later position's, or one before a window)
+ * would be NaN.
  */
 #include "config.h"
 
@@ -66,9 +67,10 @@ qk_rows(float *s, const uint32_t *q, int hd2, const uint32_t *k, const int R)
 }
 
 /*
- * o[r] = o[r] * sc[r] + sum over key pairs i in lo..hi-1 of p[r][i] . v[i]
- * for R rows (weight pairs p, KP a row) and NV vectors of head dimensions
- * (o row stride ostr, v row stride vstr), one vdpbf16ps per pair in order.
+ * o[r] = o[r] * sc[r] + sum over the key pairs i holding keys lo..hi-1 of
+ * p[r][i] . v[i] for R rows (weight pairs p, KP a row) and NV vectors of
+ * head dimensions (o row stride ostr, v row stride vstr), one vdpbf16ps per
+ * pair in order; a pair's key outside lo..hi-1 has its value half cleared.
  */
 AI void
 pv_rows(float *o, int ostr, const uint32_t *p, const uint32_t *v, int vstr,
@@ -77,6 +79,8 @@ pv_rows(float *o, int ostr, const uint32_t *p, const uint32_t *v, int vstr,
 	__m512		 acc[RB][DCH];
 	__m512i		 vv[DCH];
 	const uint32_t	*vi;
+	const int	 i0 = lo / 2, i1 = (hi + 1) / 2;
+	uint32_t	 keep;
 	int		 r, c, i;
 
 	UNROLL
@@ -88,11 +92,23 @@ pv_rows(float *o, int ostr, const uint32_t *p, const uint32_t *v, int vstr,
 			acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o +
 			    (size_t)r * ostr + 16 * c), s);
 	}
-	for (i = lo; i < hi; i++) {
+	for (i = i0; i < i1; i++) {
 		vi = v + (size_t)i * vstr;
 		UNROLL
 		for (c = 0; c < NV; c++)
 			vv[c] = _mm512_loadu_si512(vi + 16 * c);
+		/* Key 2i is a pair's low half, 2i + 1 its high half. */
+		keep = 0xffffffffu;
+		if (i == i0 && (lo & 1))
+			keep &= 0xffff0000u;
+		if (i == i1 - 1 && (hi & 1))
+			keep &= 0x0000ffffu;
+		if (keep != 0xffffffffu) {
+			UNROLL
+			for (c = 0; c < NV; c++)
+				vv[c] = _mm512_and_si512(vv[c],
+				    _mm512_set1_epi32((int)keep));
+		}
 		UNROLL
 		for (r = 0; r < R; r++) {
 			__m512i pb = _mm512_set1_epi32((int)p[(size_t)r * KP +
@@ -175,7 +191,7 @@ rows_step(void *arg, int r0, int nr, int lo, int hi)
 		for (c = 0; c < hdp; c += 16 * DCH) {
 			NV = (hdp - c) / 16 < DCH ? (hdp - c) / 16 : DCH;
 			pv_block(R, NV, st->o + (size_t)b * hdp + c, hdp, st->p,
-			    st->v + c, hdp, lo / 2, (hi + 1) / 2, st->sc);
+			    st->v + c, hdp, lo, hi, st->sc);
 		}
 	}
 }
@@ -210,9 +226,8 @@ pairs(__m512 a, __m512 b)
  * Keys and values of positions t0+x0..t0+tn-1 into the pair tiles, from
  * the pages that hold them (a pair of positions 2i, 2i + 1 never straddles
  * two: pages hold a multiple of 8).  The key slots outside are zeroed, as
- * is the other half of a value pair cut by x0 or tn, so that a pair
- * holding one of them multiplies a finite value; value pairs wholly
- * outside are never read.
+ * is the other half of a value pair cut by x0 or tn, so that no position
+ * outside is read; value pairs wholly outside are never read.
  */
 static void
 gather(struct bf_st *st, uint32_t t0, int x0, int tn)

@@ -119,20 +119,40 @@ kv_fill(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int n, float kscale)
 	}
 }
 
-/* NaN scales for the keys and values of positions p0..p1-1 of an I16 pool. */
+/*
+ * NaN keys and values at positions p0..p1-1: scales of an I16 pool, every
+ * element of an F16 or F32 one.
+ */
 static void
-kv_poison_i16(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int p0,
-    int p1)
+kv_poison(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int p0, int p1)
 {
-	const uint32_t	bs = pool->layout.block_size;
+	const struct kv_layout *l = &pool->layout;
+	uint32_t	blk, slot, d;
 	int		p, g;
 
 	for (p = p0; p < p1; p++)
 		for (g = 0; g < n_kv; g++) {
-			kv_block_kscale(pool, seq->blocks[p / bs], 0,
-			    g)[p % bs] = NAN;
-			kv_block_vscale(pool, seq->blocks[p / bs], 0,
-			    g)[p % bs] = NAN;
+			blk = seq->blocks[p / l->block_size];
+			slot = p % l->block_size;
+			if (l->type == KV_TYPE_I16) {
+				kv_block_kscale(pool, blk, 0, g)[slot] = NAN;
+				kv_block_vscale(pool, blk, 0, g)[slot] = NAN;
+				continue;
+			}
+			for (d = 0; d < l->head_dim; d++)
+				if (l->type == KV_TYPE_F16) {
+					((uint16_t *)kv_block_k(pool, blk, 0,
+					    g))[d * l->block_size + slot] =
+					    0x7e00;
+					((uint16_t *)kv_block_v(pool, blk, 0,
+					    g))[slot * l->head_dim + d] =
+					    0x7e00;
+				} else {
+					((float *)kv_block_k(pool, blk, 0,
+					    g))[d * l->block_size + slot] = NAN;
+					((float *)kv_block_v(pool, blk, 0,
+					    g))[slot * l->head_dim + d] = NAN;
+				}
 		}
 }
 
@@ -273,24 +293,23 @@ run_case(const struct kernel *kn, const struct acase *c)
 	memset(&seq, 0, sizeof seq);
 	kv_seq_reserve(pool, &seq, (uint32_t)c->n_keys);
 	/*
-	 * The kernel copies whole vectors of eight slots and zeroes none:
-	 * the slots past the last key and those before every query's window
-	 * hold codes -1 and NaN scales, which must not reach an output.
+	 * The slots past the last key and those before every query's window
+	 * hold NaN (codes -1 and NaN scales in an I16 pool), which must not
+	 * reach an output: the 16-bit kernel copies whole vectors of eight
+	 * slots, the bf16 one pairs neighbouring keys.
 	 */
-	if (c->kv == KV_TYPE_I16)
-		memset(pool->data, 0xff, (size_t)pool->n_blocks *
-		    pool->block_bytes);
+	memset(pool->data, 0xff, (size_t)pool->n_blocks * pool->block_bytes);
 	kv_fill(pool, &seq, n_kv, c->n_keys, c->kscale != 0.0f ? c->kscale :
 	    c->cap != 0.0f ? 12.0f : 3.0f);
-	if (c->kv == KV_TYPE_I16 && c->win != 0)
-		kv_poison_i16(pool, &seq, n_kv, 0, (int)(c->n_keys - c->n_tok +
+	if (c->win != 0)
+		kv_poison(pool, &seq, n_kv, 0, (int)(c->n_keys - c->n_tok +
 		    1) - (int)c->win);
 	/*
-	 * The last key a NaN (its scales): only the last query sees it, and
-	 * the others, which skip it in the same tile, must stay finite.
+	 * The last key a NaN: only the last query sees it, and the others,
+	 * which skip it in the same tile, must stay finite.
 	 */
-	if (c->kv == KV_TYPE_I16 && c->n_tok > 1)
-		kv_poison_i16(pool, &seq, n_kv, c->n_keys - 1, c->n_keys);
+	if (c->n_tok > 1)
+		kv_poison(pool, &seq, n_kv, c->n_keys - 1, c->n_keys);
 	q = malloc((size_t)c->n_tok * stride * sizeof *q);
 	out = malloc((size_t)c->n_tok * stride * sizeof *out);
 	out2 = malloc((size_t)c->n_tok * stride * sizeof *out2);
@@ -324,9 +343,8 @@ run_case(const struct kernel *kn, const struct acase *c)
 			const float *qr = q + t * stride + (size_t)h * c->hd;
 			const float *o = out + t * stride + (size_t)h * c->hd;
 
-			/* The last query of a poisoned I16 case sees a NaN. */
-			if (c->kv == KV_TYPE_I16 && c->n_tok > 1 &&
-			    t == c->n_tok - 1)
+			/* The last query sees the NaN key. */
+			if (c->n_tok > 1 && t == c->n_tok - 1)
 				continue;
 			reference(pool, &seq, h / c->grp, c, qr, qscale,
 			    pos0 + t, kn->round, ref);
