@@ -99,8 +99,8 @@ attn_prefetch_next(const struct attn_job *j, uint32_t t0, uint32_t last)
 	const struct kv_pool	*pool = j->pool;
 	const uint32_t		 bs = pool->layout.block_size;
 	const uint32_t		 n0 = t0 + ATTN_KEY_TILE;
-	const size_t		 bytes = (size_t)pool->layout.head_dim * bs *
-				    pool->elem_size;
+	const size_t		 bytes = pool->elem_size * bs *
+				    pool->layout.head_dim;
 	const char		*k, *v;
 	uint32_t		 p, end;
 	size_t			 o;

@@ -303,9 +303,9 @@ attn_avx2_scratch_floats(int n_tok, int grp, int hd)
 {
 	size_t	nq = (size_t)n_tok * grp, hdp = vecs(hd);
 
-	return (16 + attn_lines(nq * hd) + attn_lines(nq * hdp) + attn_lines(nq) +
-	    attn_lines(nq * 8) + attn_lines((size_t)hd * KT) + attn_lines(KT * hdp) +
-	    RB * KT);
+	return (16 + attn_lines(nq * hd) + attn_lines(nq * hdp) +
+	    attn_lines(nq) + attn_lines(nq * 8) + attn_lines((size_t)hd * KT) +
+	    attn_lines(KT * hdp) + RB * KT);
 }
 
 /* Run one attention job (see attn.h). */

@@ -249,8 +249,8 @@ attn_avx512_scratch_floats(int n_tok, int grp, int hd)
 {
 	size_t	nq = (size_t)n_tok * grp, hdp = attn_lines(hd);
 
-	return (16 + attn_lines(nq * hd) + nq * hdp + attn_lines(nq) + nq * 16 +
-	    attn_lines((size_t)hd * KT) + KT * hdp + RB * KT);
+	return (16 + attn_lines(nq * hd) + nq * hdp + attn_lines(nq) +
+	    nq * 16 + attn_lines((size_t)hd * KT) + KT * hdp + RB * KT);
 }
 
 /* Run one attention job (see attn.h). */

@@ -291,10 +291,11 @@ gather(struct bf_st *st, uint32_t t0, int x0, int tn)
 size_t
 attn_bf16_scratch_floats(int n_tok, int grp, int hd)
 {
-	size_t	nq = (size_t)n_tok * grp, hdp = attn_lines(hd), hd2 = (hd + 1) / 2;
+	size_t	nq = (size_t)n_tok * grp, hdp = attn_lines(hd);
+	size_t	hd2 = (hd + 1) / 2;
 
-	return (16 + attn_lines(nq * hd2) + nq * hdp + attn_lines(nq) + nq * 16 +
-	    attn_lines(hd2 * KT) + KP * hdp + RB * KT + RB * KP);
+	return (16 + attn_lines(nq * hd2) + nq * hdp + attn_lines(nq) +
+	    nq * 16 + attn_lines(hd2 * KT) + KP * hdp + RB * KT + RB * KP);
 }
 
 /* Run one attention job with bf16 products (see attn.h). */

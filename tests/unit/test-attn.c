@@ -143,10 +143,10 @@ kv_poison(struct kv_pool *pool, struct kv_seq *seq, int n_kv, int p0, int p1)
 				if (l->type == KV_TYPE_F16) {
 					((uint16_t *)kv_block_k(pool, blk, 0,
 					    g))[d * l->block_size + slot] =
-					    0x7e00;
+					    f32_to_fp16(NAN);
 					((uint16_t *)kv_block_v(pool, blk, 0,
 					    g))[slot * l->head_dim + d] =
-					    0x7e00;
+					    f32_to_fp16(NAN);
 				} else {
 					((float *)kv_block_k(pool, blk, 0,
 					    g))[d * l->block_size + slot] = NAN;
