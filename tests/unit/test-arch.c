@@ -50,6 +50,15 @@
  * confirms the model against a peer; the float64 one the arithmetic.
  */
 #define BF16_PEER_TOL	7e-3
+/*
+ * A quantized model against llama.cpp's run of the same file: phased lands
+ * 1.5e-2 to 2.6e-2 of the largest logit away, with exact or 16-bit integer
+ * attention.  The engines agree to about 1e-3 on F32 models, but both
+ * quantize the input of every product to 8 bits, and that small difference
+ * moves some inputs across a rounding boundary.  Q4_0 moves the logits
+ * 0.27 to 0.57 from the F32 model's: the bound tells the two apart.
+ */
+#define QUANT_PEER_TOL	4e-2
 
 static const char *models[] = { "llama3", "mistral-hd", "qwen2", "qwen3",
     "gemma2", "gemma3", "phi3" };
@@ -526,6 +535,100 @@ check_fast_attention(const char *name, struct threadpool *tp, int i16)
 	model_free(mb);
 }
 
+/* FNV-1a (64 bits) of the bytes of every tensor of a GGUF file, in order. */
+static uint64_t
+weights_fnv1a(const char *path)
+{
+	struct gguf_file	*f;
+	const struct gguf_tensor *t;
+	const uint8_t		*p;
+	uint64_t		 h = 0xcbf29ce484222325ULL, i, n;
+	char			*cause = NULL;
+
+	if ((f = gguf_open(path, &cause)) == NULL) {
+		diag("%s: %s", path, cause);
+		free(cause);
+		return (0);
+	}
+	for (i = 0; i < f->n_tensors; i++)
+		for (t = &f->tensors[i], p = t->data, n = 0; n < t->nbytes; n++)
+			h = (h ^ p[n]) * 0x100000001b3ULL;
+	gguf_close(f);
+	return (h);
+}
+
+/*
+ * A copy of NAME with its matrices as type (write_as) against llama.cpp's
+ * run of the same file (tests/data/arch-quant/NAME-TYPE.json, made from
+ * the file whose tensors hash to its weights_fnv1a): with exact attention,
+ * then with the fast one this CPU gives a quantized model (16-bit integer
+ * products under AVX2, bf16 ones where the CPU has them).  With
+ * TEST_ARCH_KEEP set to a folder, the copy is kept there as NAME-TYPE.gguf
+ * for making the reference.
+ */
+static void
+check_quant_peer(const char *name, uint32_t type, struct threadpool *tp)
+{
+	struct model_opts	 o = { .n_threads = 2 };
+	const char		*tn = tensor_type_name(type);
+	const char		*keep = getenv("TEST_ARCH_KEEP");
+	const char		*tmp = getenv("TMPDIR");
+	struct model		*m;
+	char			 ref[1200], out[1200], label[200], want[17];
+	char			 got[17], *doc, *cause = NULL;
+	const char		*p;
+	int			 fast;
+
+	if (keep != NULL)
+		snprintf(out, sizeof out, "%s/%s-%s.gguf", keep, name, tn);
+	else
+		snprintf(out, sizeof out, "%s/test-arch-peer-%d.gguf",
+		    tmp != NULL ? tmp : "/tmp", (int)getpid());
+	if (!ok(write_as(name, type, 0, out) == 0, "%s as %s: written", name,
+	    tn))
+		return;
+	snprintf(ref, sizeof ref, "%s/tests/data/arch-quant/%s-%s.json",
+	    TOP_SRCDIR, name, tn);
+	if (!ok((doc = slurp(ref, NULL)) != NULL, "%s as %s: llama.cpp's "
+	    "outputs read", name, tn))
+		goto out;
+	p = strstr(doc, "\"weights_fnv1a\": \"");
+	snprintf(want, sizeof want, "%.16s", p != NULL ? p + 18 : "");
+	snprintf(got, sizeof got, "%016llx",
+	    (unsigned long long)weights_fnv1a(out));
+	if (!ok(strcmp(got, want) == 0, "%s as %s: the weights llama.cpp ran "
+	    "(hash %s, written %s)", name, tn, want, got)) {
+		diag("the quantizer changed: remake %s (see its README)", ref);
+		goto out;
+	}
+	for (fast = 0; fast < 2; fast++) {
+		if (fast && quant_isa() == QUANT_ISA_AVX2)
+			quant_allow_f16_i16(1);
+		else if (fast && quant_bf16_dot_supported())
+			quant_allow_bf16_dot(QUANT_BF16_DOT_BF16);
+		else if (fast)
+			break;
+		m = model_load(out, &o, NULL, NULL, &cause);
+		quant_allow_f16_i16(0);
+		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+		if (!ok(m != NULL, "%s as %s: loads", name, tn)) {
+			diag("%s", cause);
+			free(cause);
+			break;
+		}
+		snprintf(label, sizeof label, "%s as %s, %s attention", name, tn,
+		    m->attn_i16 ? "16-bit integer" : m->attn_bf16 ? "bf16" :
+		    "exact");
+		ok(fast == (m->attn_i16 || m->attn_bf16), "%s: as asked", label);
+		check_doc(label, m, doc, tp, QUANT_PEER_TOL, "llama.cpp's");
+		model_free(m);
+	}
+out:
+	if (keep == NULL)
+		unlink(out);
+	free(doc);
+}
+
 /*
  * An F16 model whose values are all bf16 values (a bf16 checkpoint
  * converted to F16) computes under bf16-dot auto as the BF16 model of the
@@ -856,6 +959,9 @@ main(void)
 	check_fast_attention("llama3", tp, 0);
 	check_fast_attention("llama3", tp, 1);
 	check_f16_bf16_values("llama3", tp);
+	check_quant_peer("llama3", TT_Q8_0, tp);
+	check_quant_peer("llama3", TT_Q4_0, tp);
+	check_quant_peer("gemma3", TT_Q4_0, tp);
 	check_f16_i16("llama3", tp, 0);
 	check_f16_i16("gemma3", tp, 0);
 	check_f16_i16("llama3", tp, 1);
