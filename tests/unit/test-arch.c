@@ -52,11 +52,11 @@
 #define BF16_PEER_TOL	7e-3
 /*
  * A quantized model against llama.cpp's run of the same file: phased lands
- * 1.5e-2 to 2.6e-2 of the largest logit away, with exact or 16-bit integer
+ * 1.3e-2 to 3.0e-2 of the largest logit away, with exact or 16-bit integer
  * attention.  The engines agree to about 1e-3 on F32 models, but both
  * quantize the input of every product to 8 bits, and that small difference
  * moves some inputs across a rounding boundary.  Q4_0 moves the logits
- * 0.27 to 0.57 from the F32 model's: the bound tells the two apart.
+ * 0.38 to 0.57 from the F32 model's; a 1% error in its code offset fails.
  */
 #define QUANT_PEER_TOL	4e-2
 
@@ -64,6 +64,15 @@ static const char *models[] = { "llama3", "mistral-hd", "qwen2", "qwen3",
     "gemma2", "gemma3", "phi3" };
 static const char *want_arch[] = { "llama", "llama", "qwen2", "qwen3",
     "gemma2", "gemma3", "phi3" };
+
+/*
+ * The types checked against llama.cpp's run of the same file; the K types
+ * and IQ4_XS (super-blocks of 256) take only the matrices whose rows are
+ * 512 long (ffn_down), the others stay F32.
+ */
+static const uint32_t peer_types[] = { TT_Q8_0, TT_Q4_0, TT_Q4_1, TT_Q5_0,
+    TT_Q5_1, TT_IQ4_NL, TT_Q2_K, TT_Q3_K, TT_Q4_K, TT_Q5_K, TT_Q6_K,
+    TT_IQ4_XS };
 
 static char	 shared[1024];
 
@@ -561,8 +570,9 @@ weights_fnv1a(const char *path)
  * A copy of NAME with its matrices as type (write_as) against llama.cpp's
  * run of the same file (tests/data/arch-quant/NAME-TYPE.json, made from
  * the file whose tensors hash to its weights_fnv1a): with exact attention,
- * then with the fast one this CPU gives a quantized model (16-bit integer
- * products under AVX2, bf16 ones where the CPU has them).  With
+ * then with the fast one this CPU gives a model mostly of quantized
+ * matrices (16-bit integer products under AVX2, bf16 ones where the CPU
+ * has them).  With
  * TEST_ARCH_KEEP set to a folder, the copy is kept there as NAME-TYPE.gguf
  * for making the reference.
  */
@@ -577,7 +587,7 @@ check_quant_peer(const char *name, uint32_t type, struct threadpool *tp)
 	char			 ref[1200], out[1200], label[200], want[17];
 	char			 got[17], *doc, *cause = NULL;
 	const char		*p;
-	int			 fast;
+	int			 fast, mostly;
 
 	if (keep != NULL)
 		snprintf(out, sizeof out, "%s/%s-%s.gguf", keep, name, tn);
@@ -619,6 +629,14 @@ check_quant_peer(const char *name, uint32_t type, struct threadpool *tp)
 		snprintf(label, sizeof label, "%s as %s, %s attention", name, tn,
 		    m->attn_i16 ? "16-bit integer" : m->attn_bf16 ? "bf16" :
 		    "exact");
+		/* A model mostly of F32 matrices keeps exact attention. */
+		mostly = strcmp(model_info(m)->type_name, tn) == 0;
+		if (fast && !mostly) {
+			diag("%s as %s: mostly F32 matrices, exact attention "
+			    "only", name, tn);
+			model_free(m);
+			break;
+		}
 		ok(fast == (m->attn_i16 || m->attn_bf16), "%s: as asked", label);
 		check_doc(label, m, doc, tp, QUANT_PEER_TOL, "llama.cpp's");
 		model_free(m);
@@ -959,8 +977,8 @@ main(void)
 	check_fast_attention("llama3", tp, 0);
 	check_fast_attention("llama3", tp, 1);
 	check_f16_bf16_values("llama3", tp);
-	check_quant_peer("llama3", TT_Q8_0, tp);
-	check_quant_peer("llama3", TT_Q4_0, tp);
+	for (k = 0; k < sizeof peer_types / sizeof peer_types[0]; k++)
+		check_quant_peer("llama3", peer_types[k], tp);
 	check_quant_peer("gemma3", TT_Q4_0, tp);
 	check_f16_i16("llama3", tp, 0);
 	check_f16_i16("gemma3", tp, 0);
