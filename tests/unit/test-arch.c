@@ -52,11 +52,11 @@
 #define BF16_PEER_TOL	7e-3
 /*
  * A quantized model against llama.cpp's run of the same file: phased lands
- * 1.3e-2 to 3.0e-2 of the largest logit away, with exact or 16-bit integer
+ * 1.2e-2 to 3.0e-2 of the largest logit away, with exact or 16-bit integer
  * attention.  The engines agree to about 1e-3 on F32 models, but both
  * quantize the input of every product to 8 bits, and that small difference
  * moves some inputs across a rounding boundary.  Q4_0 moves the logits
- * 0.38 to 0.57 from the F32 model's; a 1% error in its code offset fails.
+ * 0.22 to 0.57 from the F32 models'; a 1% error in its code offset fails.
  */
 #define QUANT_PEER_TOL	4e-2
 
@@ -979,7 +979,9 @@ main(void)
 	check_f16_bf16_values("llama3", tp);
 	for (k = 0; k < sizeof peer_types / sizeof peer_types[0]; k++)
 		check_quant_peer("llama3", peer_types[k], tp);
-	check_quant_peer("gemma3", TT_Q4_0, tp);
+	/* The other architectures (llama3 is models[0]) as Q4_0. */
+	for (k = 1; k < sizeof models / sizeof models[0]; k++)
+		check_quant_peer(models[k], TT_Q4_0, tp);
 	check_f16_i16("llama3", tp, 0);
 	check_f16_i16("gemma3", tp, 0);
 	check_f16_i16("llama3", tp, 1);

@@ -23,7 +23,7 @@ TEST_ARCH_KEEP=$tmp PHASED_SHARED=$shared "$build/tests/unit/test-arch" \
     >/dev/null 2>&1 || true
 for f in "$tmp"/*-*.gguf; do
 	b=$(basename "$f" .gguf)
-	name=${b%%-*} type=${b#*-}
+	name=${b%-*} type=${b##*-}
 	"$tmp/llamacpp-ref" "$f" "$shared/golden/arch/$name.json" f16 \
 	    "$name.gguf with its matrices as $type (test-arch)" \
 	    "$which" > "$here/$b.json" 2> "$tmp/err" ||
