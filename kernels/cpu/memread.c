@@ -24,6 +24,8 @@ static uint64_t
 read_avx512(const uint8_t *p, size_t len, size_t pf)
 {
 	__m512i	a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+	__m256i	h;
+	__m128i	l;
 	size_t	i;
 
 	for (i = 0; i < len; i += 256) {
@@ -39,7 +41,14 @@ read_avx512(const uint8_t *p, size_t len, size_t pf)
 		a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 192));
 	}
 	a0 = _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3));
-	return ((uint64_t)_mm512_reduce_add_epi64(a0));
+	/*
+	 * Not _mm512_reduce_add_epi64: it ends on a signed scalar addition,
+	 * whose wrap is undefined behaviour (the sums here wrap by design).
+	 */
+	h = _mm256_add_epi64(_mm512_castsi512_si256(a0),
+	    _mm512_extracti64x4_epi64(a0, 1));
+	l = _mm_add_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+	return ((uint64_t)_mm_cvtsi128_si64(l) + (uint64_t)_mm_extract_epi64(l, 1));
 }
 
 /* Sum len bytes (a multiple of 256) with 256-bit loads. */
