@@ -36,8 +36,9 @@
 
 static const char pb_usage[] = "usage: phased-bench -m MODEL.gguf "
     "[-p N[,N...]] [-n N] [-b B[,B...]] [-d DEPTH] [-r REPS] [-t THREADS]\n"
-    "\t[--bw GBPS] [--bf16 | --exact] [--no-repack] [--no-amx] [--json] [--backend NAME]\n"
-    "\t[--devices N[,N...]] [--collectives] [--graphs | --no-graphs]";
+    "\t[--bw GBPS] [--bf16 | --exact] [--no-repack] [--no-amx] [--isa NAME]\n"
+    "\t[--json] [--backend NAME] [--devices N[,N...]] [--collectives]\n"
+    "\t[--graphs | --no-graphs]";
 
 /* How F16/BF16 weights are computed, by QUANT_BF16_DOT_* value. */
 static const char *const pb_math[] = {
@@ -79,6 +80,7 @@ struct pb_opts {
 	int		 graphs;	/* decode as CUDA graphs: 1, 0, AUTO */
 	int		 no_repack;	/* keep every weight in the mapped file */
 	int		 no_amx;	/* keep large batches off the AMX tiles */
+	int		 isa;		/* QUANT_ISA_*, QUANT_ISA_AUTO: the best */
 };
 
 /* One test's samples and summary, in tokens/s. */
@@ -142,6 +144,22 @@ pb_list(const char *opt, const char *v, int min, int max, int *out)
 	return (k);
 }
 
+/* Force the kernels' variant named by --isa, or exit. */
+static int
+pb_isa(const char *name)
+{
+	int	isa;
+
+	for (isa = 0; isa < QUANT_ISA_COUNT; isa++)
+		if (strcmp(name, quant_isa_name(isa)) == 0)
+			break;
+	if (isa == QUANT_ISA_COUNT)
+		pb_die("--isa %s: unknown (scalar, avx2 or avx512)", name);
+	if (quant_force_isa(isa) != 0)
+		pb_die("--isa %s: not supported by this CPU", name);
+	return (isa);
+}
+
 /* Parse the command line. */
 static void
 pb_parse(int argc, char **argv, struct pb_opts *o)
@@ -164,6 +182,7 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 	o->bw_gbps = 31;
 	o->graphs = BACKEND_GRAPHS_AUTO;	/* the daemon's default */
 	o->bf16 = -1;				/* and bf16-dot auto */
+	o->isa = QUANT_ISA_AUTO;
 	for (i = 1; i < argc; i++) {
 		a = argv[i];
 		if (strcmp(a, "--json") == 0) {
@@ -209,6 +228,8 @@ pb_parse(int argc, char **argv, struct pb_opts *o)
 			o->n_batch = pb_list(a, argv[++i], 1, 1024, o->batch);
 		else if (strcmp(a, "--backend") == 0)
 			o->backend = argv[++i];
+		else if (strcmp(a, "--isa") == 0)
+			o->isa = pb_isa(argv[++i]);
 		else if (strcmp(a, "--devices") == 0)
 			o->n_devices = pb_list(a, argv[++i], 0, 255, o->devices);
 		else if (strcmp(a, "-n") == 0 || strcmp(a, "-r") == 0 ||
@@ -524,11 +545,15 @@ main(int argc, char **argv)
 	    NULL)
 		pb_die("backend %s is not built", o.backend != NULL ?
 		    o.backend : "cpu");
-	if (o.bf16 == QUANT_BF16_DOT_ALL && !quant_bf16_dot_supported())
-		pb_die("--bf16: this CPU has no bf16 dot products");
+	if (o.bf16 == QUANT_BF16_DOT_ALL && (!quant_bf16_dot_supported() ||
+	    quant_isa() < QUANT_ISA_AVX512))
+		pb_die("--bf16: %s has no bf16 dot products", o.isa ==
+		    QUANT_ISA_AUTO ? "this CPU" : "the --isa set");
 	if (o.bf16 == -1) {
-		o.bf16 = quant_bf16_dot_auto(NULL);
-		i16 = quant_f16_i16_auto(NULL);
+		/* The AVX-512 kernels alone have bf16 dot products. */
+		o.bf16 = quant_isa() >= QUANT_ISA_AVX512 ?
+		    quant_bf16_dot_auto(NULL) : QUANT_BF16_DOT_NONE;
+		i16 = quant_isa() >= QUANT_ISA_AVX2 && quant_f16_i16_auto(NULL);
 	}
 	quant_allow_bf16_dot(o.bf16);
 	quant_allow_f16_i16(i16);
@@ -593,11 +618,13 @@ main(int argc, char **argv)
 			printf(o.model[i] == '"' || o.model[i] == '\\' ?
 			    "\\%c" : "%c", o.model[i]);
 		printf("\",\"type\":\"%s\",\"n_params\":%" PRIu64 ","
-		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"bf16_dot\":\"%s\","
+		    "\"threads\":%d,\"ctx\":%d,\"load_s\":%.3f,\"isa\":\"%s\","
+		    "\"bf16_dot\":\"%s\","
 		    "\"attn_bf16\":%s,\"attn_int16\":%s,\"f16_matrices\":%u,"
 		    "\"f16_bf16_values\":%u,\"f16_int16\":%u,\"bf16_matrices\":%u,"
 		    "\"bf16_int16\":%u,\"results\":[", mi->type_name, mi->n_params,
-		    o.threads, ctx, t_load / 1e9, pb_dot_name[o.bf16],
+		    o.threads, ctx, t_load / 1e9, quant_isa_name(quant_isa()),
+		    pb_dot_name[o.bf16],
 		    attn_bf16 ? "true" : "false", attn_i16 ? "true" : "false",
 		    p.m->n_f16, p.m->n_f16_bf16, p.m->n_f16_i16, p.m->n_bf16,
 		    p.m->n_bf16_i16);
@@ -605,8 +632,10 @@ main(int argc, char **argv)
 		printf("model %s: %s, %.3f M parameters, file %.1f MiB, "
 		    "loaded in %.2f s\n", o.model, mi->type_name, mi->n_params / 1e6,
 		    map_bytes / 1048576.0, t_load / 1e9);
-		printf("threads %d (0 = all CPUs), ctx %d, %d repetitions\n",
-		    o.threads, ctx, o.reps);
+		printf("threads %d (0 = all CPUs), ctx %d, %d repetitions, "
+		    "kernels %s%s\n", o.threads, ctx, o.reps,
+		    quant_isa_name(quant_isa()), o.isa == QUANT_ISA_AUTO ? "" :
+		    " (--isa)");
 		printf("float weights: %s\n", i16 && o.bf16 != QUANT_BF16_DOT_ALL ?
 		    pb_math_i16[o.bf16] : pb_math[o.bf16]);
 		if (strcmp(p.be->name, "cpu") == 0 && p.m->n_f16 > 0 &&

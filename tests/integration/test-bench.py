@@ -265,6 +265,27 @@ if os.path.exists(PHASED_BENCH):
     p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-d", "-5"], capture_output=True)
     ok(p.returncode == 1 and b"-d" in p.stderr, "phased-bench -d -5: refused",
        p.stderr.decode())
+    # --isa: the kernels' instruction set, named in the report.
+    isa = jd.get("isa")
+    ok(isa in ("scalar", "avx2", "avx512"), "phased-bench --json: isa %r" % isa)
+    p = subprocess.run([PHASED_BENCH, "-m", MODEL, "-p", "16", "-n", "2", "-b", "1",
+                        "-r", "1", "-t", "1", "--isa", "scalar", "--json"], capture_output=True,
+                       timeout=300)
+    try:
+        js = json.loads(p.stdout.decode())
+    except ValueError:
+        js = {}
+    ok(p.returncode == 0 and js.get("isa") == "scalar" and js.get("bf16_dot") == "none" and
+       len(js.get("results", [])) == 2, "phased-bench --isa scalar: runs on the scalar "
+       "kernels, no bf16 dot products", p.stdout.decode() + p.stderr.decode())
+    for args, want in [(["--isa", "avx9"], "--isa avx9: unknown (scalar, avx2 or avx512)"),
+                       (["--isa", "scalar", "--bf16"],
+                        "--bf16: the --isa set has no bf16 dot products"),
+                       (["--isa"], "--isa needs a value")]:
+        p = subprocess.run([PHASED_BENCH, "-m", MODEL] + args, capture_output=True,
+                           timeout=300)
+        ok(p.returncode == 1 and want in p.stderr.decode(),
+           "phased-bench %s: refused" % " ".join(args), p.stderr.decode())
     synth = os.path.join(BUILD, "phased-synth")
 
     def int16_runs(path, tn):
