@@ -33,7 +33,9 @@
 #define XMR	2	/* groups per tile, exact mode */
 #define XNR2	6	/* tokens per two-group tile (TILE_DISPATCH_NR's most) */
 #define XSMR	3	/* groups per one-token tile, exact mode */
+#ifndef FPF_DECODE
 #define FPF_DECODE 6144	/* bytes ahead a one-token tile reads its groups */
+#endif
 #define XMAXG	(XSMR > XMR ? XSMR : XMR)
 #define BMR	2	/* groups per tile, bf16 mode */
 #define BSMR	3	/* groups per tile of one or two tokens, bf16 mode */

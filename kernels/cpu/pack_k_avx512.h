@@ -23,7 +23,9 @@
  * single-thread matrix rate for Q4_0 and Q8_0 on a 2-core AVX-512 machine,
  * less for the K-quants).
  */
+#ifndef PF_DECODE
 #define PF_DECODE	8192
+#endif
 
 size_t	avx512_q2_k_pack(const uint8_t *, size_t, int64_t, int64_t, uint8_t *);
 void	avx512_q2_k_packed(const uint8_t *, int64_t, int64_t, int, const struct qact *,
