@@ -382,7 +382,7 @@ load_weights(struct load_ctx *lc, char **cause)
 static int
 attn_bf16_for(uint32_t ty)
 {
-	if (quant_isa() < QUANT_ISA_AVX512 || !quant_bf16_dot_supported())
+	if (!quant_bf16_dot_supported())	/* AVX-512 in use, with bf16 */
 		return (0);
 	switch (quant_bf16_dot_allowed()) {
 	case QUANT_BF16_DOT_ALL:

@@ -545,15 +545,12 @@ main(int argc, char **argv)
 	    NULL)
 		pb_die("backend %s is not built", o.backend != NULL ?
 		    o.backend : "cpu");
-	if (o.bf16 == QUANT_BF16_DOT_ALL && (!quant_bf16_dot_supported() ||
-	    quant_isa() < QUANT_ISA_AVX512))
+	if (o.bf16 == QUANT_BF16_DOT_ALL && !quant_bf16_dot_supported())
 		pb_die("--bf16: %s has no bf16 dot products", o.isa ==
 		    QUANT_ISA_AUTO ? "this CPU" : "the --isa set");
 	if (o.bf16 == -1) {
-		/* The AVX-512 kernels alone have bf16 dot products. */
-		o.bf16 = quant_isa() >= QUANT_ISA_AVX512 ?
-		    quant_bf16_dot_auto(NULL) : QUANT_BF16_DOT_NONE;
-		i16 = quant_isa() >= QUANT_ISA_AVX2 && quant_f16_i16_auto(NULL);
+		o.bf16 = quant_bf16_dot_auto(NULL);
+		i16 = quant_f16_i16_auto(NULL);
 	}
 	quant_allow_bf16_dot(o.bf16);
 	quant_allow_f16_i16(i16);

@@ -1127,21 +1127,21 @@ quant_f16_i16_auto(double *rate)
 {
 	double	r = 0;
 
-	if (quant_isa_supported(QUANT_ISA_AVX512))
+	if (quant_isa() >= QUANT_ISA_AVX512)
 		r = float_avx512_i16_rate();
-	else if (quant_isa_supported(QUANT_ISA_AVX2))
+	else if (quant_isa() == QUANT_ISA_AVX2)
 		r = float_avx2_i16_rate();
 	if (rate != NULL)
 		*rate = r;
 	return (r >= QUANT_I16_MIN_RATE);
 }
 
-/* Whether the CPU has AVX512-BF16 (on top of the AVX-512 variant). */
+/* Whether the variant in use is AVX-512 on a CPU with AVX512-BF16. */
 int
 quant_bf16_dot_supported(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-	return (quant_isa_supported(QUANT_ISA_AVX512) &&
+	return (quant_isa() >= QUANT_ISA_AVX512 &&
 	    __builtin_cpu_supports("avx512bf16"));
 #else
 	return (0);

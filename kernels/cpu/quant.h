@@ -194,7 +194,10 @@ int	quant_pack_allowed(void);
 #define QUANT_BF16_DOT_BF16	2	/* BF16 weights, F16 ones of bf16 values */
 int	quant_allow_bf16_dot(int which);
 int	quant_bf16_dot_allowed(void);
-/* Whether the CPU has the bf16 dot-product instructions. */
+/*
+ * Whether bf16 dot products are there: the variant in use (quant_isa(),
+ * forced or not) is AVX-512 and the CPU has the instructions.
+ */
 int	quant_bf16_dot_supported(void);
 /*
  * The setting worth taking by default: BF16 weights (which lose nothing
@@ -219,10 +222,10 @@ int	float_avx512_f16_is_bf16(const void *w, size_t n);
 int	quant_allow_f16_i16(int allow);
 int	quant_f16_i16_allowed(void);
 /*
- * Whether that is worth it on this CPU: where it issues vpdpwssd (AVX2:
- * vpmaddwd with its vpaddd) at QUANT_I16_MIN_RATE or more of its f32
- * multiply-add rate.  *rate (may be NULL) gets the measured ratio, 0
- * without AVX2.
+ * Whether that is worth it on this CPU under the variant in use: where
+ * it issues vpdpwssd (AVX2: vpmaddwd with its vpaddd) at
+ * QUANT_I16_MIN_RATE or more of its f32 multiply-add rate.  *rate (may be
+ * NULL) gets the measured ratio, 0 under the scalar variant.
  */
 int	quant_f16_i16_auto(double *rate);
 /*

@@ -940,6 +940,28 @@ main(void)
 			    "rate, %s", rate, which == QUANT_BF16_DOT_NONE ?
 			    "none" : "BF16 weights");
 	}
+	/*
+	 * A forced variant answers for itself: no bf16 dot products below
+	 * AVX-512, no 16-bit integer products on the scalar kernels.
+	 */
+	{
+		double	rate = 1;
+		int	which;
+
+		if (quant_force_isa(QUANT_ISA_AVX2) == 0) {
+			which = quant_bf16_dot_auto(&rate);
+			ok(!quant_bf16_dot_supported() &&
+			    which == QUANT_BF16_DOT_NONE && rate == 0,
+			    "forced avx2: no bf16 dot products (auto %d, rate %g)",
+			    which, rate);
+		}
+		quant_force_isa(QUANT_ISA_SCALAR);
+		rate = 1;
+		which = quant_f16_i16_auto(&rate);
+		ok(which == 0 && rate == 0, "forced scalar: no 16-bit integer "
+		    "products (auto %d, rate %g)", which, rate);
+		quant_force_isa(QUANT_ISA_AUTO);
+	}
 	/* bf16 dot products for the float types, where the CPU has them. */
 	if (quant_bf16_dot_supported()) {
 		quant_force_isa(QUANT_ISA_AVX512);
