@@ -3,6 +3,7 @@
  * activation preparation and no thread pool around it.
  *
  * usage: bench-tile [-T type,...] [-R rows] [-n passes] [-t 1|2]
+ *	[-I scalar|avx2|avx512]
  *
  * Packs rows x 2048 random weights, prepares one token's activations once,
  * then calls the kernel's packed function over all rows, 16 a call, passes
@@ -11,9 +12,12 @@
  * the tile's arithmetic allows.  -t 2 splits the rows between two threads
  * that start each pass together and prints the median of 9 by the wall
  * clock: with rows in the tens of thousands, how fast two cores stream the
- * weights from memory through the tile.
+ * weights from memory through the tile.  -I picks the instruction set
+ * whose tiles and layouts run (by default the best the CPU has).
  */
 #include "config.h"
+
+#include <sys/mman.h>
 
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +33,7 @@
 
 #define COLS	2048
 #define MAXT	32
+#define HUGE	(2 << 20)
 
 struct run {
 	struct quant_kernel	 k;
@@ -114,10 +119,15 @@ bench(uint32_t type, int64_t rows, int passes, int nth)
 	for (r = 0; r < rows; r++)
 		ktu_fill_row(type, w + (size_t)r * rb, COLS);
 	pb = run.k.pack(w, rb, rows, COLS, NULL);
-	if (posix_memalign((void **)&pw, 64, pb) != 0) {
+	/* Huge pages, as the engine asks for its packed copies (matmul.c). */
+	if (posix_memalign((void **)&pw, HUGE, pb) != 0) {
 		fprintf(stderr, "%s: no memory for %zu bytes\n", ti->name, pb);
 		exit(1);
 	}
+#ifdef MADV_HUGEPAGE
+	if (pb >= HUGE)
+		(void)madvise(pw, pb & ~(size_t)(HUGE - 1), MADV_HUGEPAGE);
+#endif
 	run.k.pack(w, rb, rows, COLS, pw);
 	free(w);
 	x = xmalloc(COLS * sizeof *x);
@@ -172,7 +182,7 @@ main(int argc, char **argv)
 	int		 ntypes = 0, passes = 0, nth = 1, ch, k;
 	size_t		 i;
 
-	while ((ch = getopt(argc, argv, "T:R:n:t:")) != -1) {
+	while ((ch = getopt(argc, argv, "T:R:n:t:I:")) != -1) {
 		switch (ch) {
 		case 'T':
 			if ((ntypes = ktu_parse_types(optarg, types, MAXT)) < 0)
@@ -187,9 +197,19 @@ main(int argc, char **argv)
 		case 't':
 			nth = atoi(optarg);
 			break;
+		case 'I':
+			for (k = 0; k < QUANT_ISA_COUNT; k++)
+				if (strcmp(quant_isa_name(k), optarg) == 0)
+					break;
+			if (quant_force_isa(k) != 0) {
+				fprintf(stderr, "bench-tile: -I %s: unknown or not supported "
+				    "(scalar, avx2 or avx512)\n", optarg);
+				return (1);
+			}
+			break;
 		default:
 			fprintf(stderr, "usage: bench-tile [-T type,...] [-R rows] [-n passes] "
-			    "[-t 1|2]\n");
+			    "[-t 1|2] [-I scalar|avx2|avx512]\n");
 			return (1);
 		}
 	}
