@@ -148,12 +148,9 @@ pb_list(const char *opt, const char *v, int min, int max, int *out)
 static int
 pb_isa(const char *name)
 {
-	int	isa;
+	int	isa = quant_isa_by_name(name);
 
-	for (isa = 0; isa < QUANT_ISA_COUNT; isa++)
-		if (strcmp(name, quant_isa_name(isa)) == 0)
-			break;
-	if (isa == QUANT_ISA_COUNT)
+	if (isa < 0)
 		pb_die("--isa %s: unknown (scalar, avx2 or avx512)", name);
 	if (quant_force_isa(isa) != 0)
 		pb_die("--isa %s: not supported by this CPU", name);

@@ -1224,6 +1224,18 @@ quant_force_isa(int isa)
 	return (0);
 }
 
+/* The variant of a name, or -1 for none. */
+int
+quant_isa_by_name(const char *name)
+{
+	int	isa;
+
+	for (isa = 0; isa < QUANT_ISA_COUNT; isa++)
+		if (strcmp(name, quant_isa_name(isa)) == 0)
+			return (isa);
+	return (-1);
+}
+
 /* Name of a variant. */
 const char *
 quant_isa_name(int isa)

@@ -35,6 +35,8 @@ int		 quant_isa(void);
 int		 quant_isa_supported(int isa);
 int		 quant_force_isa(int isa);
 const char	*quant_isa_name(int isa);
+/* The variant named name (as quant_isa_name() writes it), or -1. */
+int		 quant_isa_by_name(const char *name);
 
 /*
  * Internal interface between the matrix multiplication and the per-ISA

@@ -144,10 +144,8 @@ main(int argc, char **argv)
 			quant_allow_amx(0);
 			break;
 		case 'I':
-			for (k = 0; k < QUANT_ISA_COUNT; k++)
-				if (strcmp(quant_isa_name(k), optarg) == 0)
-					break;
-			if (quant_force_isa(k) != 0) {
+			if ((k = quant_isa_by_name(optarg)) < 0 ||
+			    quant_force_isa(k) != 0) {
 				fprintf(stderr, "variant %s: unknown or not supported\n",
 				    optarg);
 				return (1);

@@ -198,10 +198,8 @@ main(int argc, char **argv)
 			nth = atoi(optarg);
 			break;
 		case 'I':
-			for (k = 0; k < QUANT_ISA_COUNT; k++)
-				if (strcmp(quant_isa_name(k), optarg) == 0)
-					break;
-			if (quant_force_isa(k) != 0) {
+			if ((k = quant_isa_by_name(optarg)) < 0 ||
+			    quant_force_isa(k) != 0) {
 				fprintf(stderr, "bench-tile: -I %s: unknown or not supported "
 				    "(scalar, avx2 or avx512)\n", optarg);
 				return (1);

@@ -357,6 +357,11 @@ main(void)
 	test_conversions();
 	for (i = 0; i < KTU_NTYPES; i++)
 		test_dequant(ktu_types[i]);
+	for (isa = 0; isa < QUANT_ISA_COUNT; isa++)
+		ok(quant_isa_by_name(quant_isa_name(isa)) == isa, "variant %s: found by name",
+		    quant_isa_name(isa));
+	ok(quant_isa_by_name("avx9") == -1 && quant_isa_by_name("") == -1,
+	    "unknown variant names: -1");
 	for (isa = 0; isa < QUANT_ISA_COUNT; isa++) {
 		if (!quant_isa_supported(isa)) {
 			diag("variant %s: not supported by this CPU, skipped",
