@@ -49,6 +49,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "nibble_one_avx512.h"
 #include "pack_k_avx512.h"
 #include "prefetch.h"
 #include "quant.h"
@@ -205,26 +206,6 @@ kpack(const enum pkind kind, const uint8_t *w, size_t rb, int64_t rows, int64_t 
 	return ((size_t)(ng * nsb * KBLK(kind)));
 }
 
-/* Four activation codes broadcast to every lane. */
-AI __m512i
-bcast4(const int8_t *p)
-{
-	int32_t	v;
-
-	memcpy(&v, p, 4);
-	return (_mm512_set1_epi32(v));
-}
-
-/* 64-bit byte mask at p (unaligned). */
-AI __mmask64
-mask_at(const uint8_t *p)
-{
-	uint64_t	m;
-
-	memcpy(&m, p, 8);
-	return ((__mmask64)m);
-}
-
 /* Code vector k of sub-block sub of a packed super-block p (compile-time k). */
 AI __m512i
 kp_codes(const enum pkind kind, const uint8_t *p, const int sub, const int k)
@@ -305,7 +286,7 @@ kp_prefetch_codes(const enum pkind kind, const uint8_t *p, const int sub)
 	case P_Q3_K:
 		prefetch_lines(p + K3C(sub), PF_DECODE, 192);
 		break;
-	case P_Q5_K:		/* one token goes to k5_one */
+	case P_Q5_K:		/* one token goes to nibble_one */
 		break;
 	default:
 		prefetch_lines(p + KX_Q + 256 * sub, PF_DECODE, 256);
@@ -440,107 +421,9 @@ kp_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 	}
 }
 
-/*
- * The packed Q5_K tile for one token, as q4k_packed_one (quant_avx512.c):
- * each nibble vector is loaded once for the two sub-blocks it holds (low
- * and high nibbles) and the integer sums run as two chains a sub-block,
- * about 4% faster than kp_tile a core (bench-tile -t 1 -R 65536).  The
- * float steps are kp_tile's, in its order, so the results are the same.
- */
-AI void
-k5_one(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
-    const struct qact *a, int t0, float *y, int64_t ldy)
-{
-	const int64_t	 nsb = cols / 256, stride = a->stride;
-	const size_t	 gstride = (size_t)nsb * K5BLK;
-	const int8_t	*xq = a->q + (size_t)t0 * stride;
-	const float	*xd = a->d + (size_t)t0 * (stride / 32);
-	const float	*xs = a->s + (size_t)t0 * (stride / 32);
-	const __m512i	 m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(16);
-	const uint8_t	*gp[PMR];
-	__m512		 acc[PMR];
-	int64_t		 b;
-	int		 g, h, k, sp;
-
-#pragma GCC unroll 2
-	for (g = 0; g < mg; g++) {
-		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
-		acc[g] = _mm512_setzero_ps();
-	}
-	for (b = 0; b < nsb; b++) {
-		__m512	dd[PMR], dm[PMR];
-
-#pragma GCC unroll 2
-		for (g = 0; g < mg; g++) {
-			const uint8_t *p = gp[g] + (size_t)b * K5BLK;
-
-			prefetch_lines(p, PF_DECODE, K5_Q);
-			dd[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-			dm[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
-		}
-		for (sp = 0; sp < 4; sp++) {
-			const int64_t	 e = 256 * b + 64 * sp;
-			__m512i		 ic[PMR][4];
-
-#pragma GCC unroll 2
-			for (g = 0; g < mg; g++) {
-				const uint8_t *p = gp[g] + (size_t)b * K5BLK;
-
-				prefetch_lines(p + K5C(sp, 0), PF_DECODE, 640);
-				ic[g][0] = ic[g][1] = ic[g][2] = ic[g][3] =
-				    _mm512_setzero_si512();
-			}
-#pragma GCC unroll 8
-			for (k = 0; k < 8; k++) {
-				const __m512i	xl = bcast4(xq + e + 4 * k);
-				const __m512i	xh = bcast4(xq + e + 32 + 4 * k);
-
-#pragma GCC unroll 2
-				for (g = 0; g < mg; g++) {
-					const uint8_t	*p = gp[g] + (size_t)b * K5BLK;
-					const __m512i	 v = _mm512_loadu_si512((const void *)
-					    (p + K5C(sp, k)));
-					__m512i		 lo = _mm512_and_si512(v, m4);
-					__m512i		 hi = _mm512_and_si512(
-					    _mm512_srli_epi16(v, 4), m4);
-
-					lo = _mm512_mask_add_epi8(lo, mask_at(p + K5M(2 * sp,
-					    k)), lo, b4);
-					hi = _mm512_mask_add_epi8(hi, mask_at(p + K5M(2 * sp + 1,
-					    k)), hi, b4);
-					ic[g][k & 1] = _mm512_dpbusd_epi32(ic[g][k & 1], lo, xl);
-					ic[g][2 + (k & 1)] = _mm512_dpbusd_epi32(
-					    ic[g][2 + (k & 1)], hi, xh);
-				}
-			}
-#pragma GCC unroll 2
-			for (h = 0; h < 2; h++) {
-				const int	sub = 2 * sp + h;
-				const __m512	d = _mm512_set1_ps(xd[(e + 32 * h) / 32]);
-				const __m512	sm = _mm512_set1_ps(xs[(e + 32 * h) / 32]);
-
-#pragma GCC unroll 2
-				for (g = 0; g < mg; g++) {
-					__m512	ws, wm;
-
-					kp_scales(P_Q5_K, gp[g] + (size_t)b * K5BLK, sub, dd[g],
-					    dm[g], &ws, &wm);
-					acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(
-					    _mm512_add_epi32(ic[g][2 * h], ic[g][2 * h + 1])),
-					    _mm512_mul_ps(ws, d), acc[g]);
-					acc[g] = _mm512_fnmadd_ps(wm, sm, acc[g]);
-				}
-			}
-		}
-	}
-#pragma GCC unroll 2
-	for (g = 0; g < mg; g++) {
-		int		n = mr - PG * g;
-		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
-
-		_mm512_mask_storeu_ps(y + (size_t)t0 * ldy + r0 + PG * g, m, acc[g]);
-	}
-}
+_Static_assert(K5_Q == NO_HDR && K5C(1, 0) - K5C(0, 0) == 640 &&
+    K5M(0, 0) - K5C(0, 0) == 512 && K5M(1, 0) - K5C(0, 0) == 576 &&
+    PG == NO_PG && PMR <= NO_MG, "the Q5_K layout is the one nibble_one reads");
 
 /* Instantiate the pack function and the tile shapes of a type. */
 #define KPDISPATCH(fn, pk, kind)					\
@@ -569,16 +452,16 @@ avx512_q5_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
 	return (kpack(P_Q5_K, w, rb, rows, cols, dst));
 }
 
-/* The packed Q5_K tile shapes: one token through k5_one. */
+/* The packed Q5_K tile shapes: one token through nibble_one. */
 void
 avx512_q5_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)
 {
 	if (nr == 1) {
 		if (mr > PG)
-			k5_one(pw, cols, r0, 2, mr, a, t0, y, ldy);
+			nibble_one(pw, cols, r0, 2, mr, a, t0, y, ldy, K5BLK, 640, 1);
 		else
-			k5_one(pw, cols, r0, 1, mr, a, t0, y, ldy);
+			nibble_one(pw, cols, r0, 1, mr, a, t0, y, ldy, K5BLK, 640, 1);
 		return;
 	}
 	TILE_DISPATCH(kp_tile, P_Q5_K, PG, pw, cols, r0, mr, a, t0, nr, y, ldy);

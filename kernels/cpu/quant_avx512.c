@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "nibble_one_avx512.h"
 #include "pack_k_avx512.h"
 #include "prefetch.h"
 #include "quant.h"
@@ -1095,16 +1096,6 @@ pack_rows(const enum kind kind, const uint8_t *w, size_t rb, int64_t rows, int64
 	return ((size_t)(ng * nb * PBLK(kind)));
 }
 
-/* Four activation codes broadcast to every lane. */
-AI __m512i
-bcast4(const int8_t *p)
-{
-	int32_t	v;
-
-	memcpy(&v, p, 4);
-	return (_mm512_set1_epi32(v));
-}
-
 /* One packed tile: mg groups of 16 rows by nr tokens (compile-time). */
 AI void
 packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
@@ -1322,100 +1313,8 @@ q4k_sub_scales(const uint8_t *p, const int sub, __m512 dd, __m512 dm, __m512 *ws
 	    _mm_loadu_si128((const __m128i *)(p + 192 + 16 * sub)))));
 }
 
-/*
- * The packed Q4_K tile for one token: each code vector is loaded once for
- * the two sub-blocks it holds (low and high nibbles) and the dot products
- * run as four integer chains per group; the float steps are those of
- * q4k_packed_tile, in the same order, so the results are the same.
- */
-AI void
-q4k_packed_one(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
-    const struct qact *a, int t0, float *y, int64_t ldy)
-{
-	const int64_t	 nsb = cols / 256, stride = a->stride;
-	const size_t	 gstride = (size_t)nsb * K4BLK;
-	const int8_t	*xq = a->q + (size_t)t0 * stride;
-	const float	*xd = a->d + (size_t)t0 * (stride / 32);
-	const float	*xs = a->s + (size_t)t0 * (stride / 32);
-	const uint8_t	*gp[PMR];
-	__m512		 acc[PMR];
-	int64_t		 b;
-	int		 g, h, k, sp;
-
-#pragma GCC unroll 2
-	for (g = 0; g < mg; g++) {
-		gp[g] = pw + (size_t)(r0 / PG + g) * gstride;
-		acc[g] = _mm512_setzero_ps();
-	}
-	for (b = 0; b < nsb; b++) {
-		__m512	dd[PMR], dm[PMR];
-
-#pragma GCC unroll 2
-		for (g = 0; g < mg; g++) {
-			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
-
-			q4k_head(p, PF_DECODE, K4HDR, &dd[g], &dm[g]);
-		}
-		for (sp = 0; sp < 4; sp++) {
-			const int64_t	 e = 256 * b + 64 * sp;
-			__m512i		 ic[PMR][4];
-
-#pragma GCC unroll 2
-			for (g = 0; g < mg; g++) {
-				/* The pair's codes, just before they are read. */
-				prefetch_lines(gp[g] + (size_t)b * K4BLK + K4HDR + 512 * sp,
-				    PF_DECODE, 512);
-				ic[g][0] = ic[g][1] = ic[g][2] = ic[g][3] =
-				    _mm512_setzero_si512();
-			}
-#pragma GCC unroll 8
-			for (k = 0; k < 8; k++) {
-				const __m512i	xl = bcast4(xq + e + 4 * k);
-				const __m512i	xh = bcast4(xq + e + 32 + 4 * k);
-
-#pragma GCC unroll 2
-				for (g = 0; g < mg; g++) {
-					const __m512i	v = _mm512_loadu_si512((const void *)
-					    (gp[g] + (size_t)b * K4BLK + K4HDR + 512 * sp +
-					    64 * k));
-					const __m512i	m4 = _mm512_set1_epi8(0x0f);
-
-					ic[g][k & 1] = _mm512_dpbusd_epi32(ic[g][k & 1],
-					    _mm512_and_si512(v, m4), xl);
-					ic[g][2 + (k & 1)] = _mm512_dpbusd_epi32(
-					    ic[g][2 + (k & 1)], _mm512_and_si512(
-					    _mm512_srli_epi16(v, 4), m4), xh);
-				}
-			}
-#pragma GCC unroll 2
-			for (h = 0; h < 2; h++) {
-				const int	sub = 2 * sp + h;
-				const __m512	d = _mm512_set1_ps(xd[(e + 32 * h) / 32]);
-				const __m512	sm = _mm512_set1_ps(xs[(e + 32 * h) / 32]);
-
-#pragma GCC unroll 2
-				for (g = 0; g < mg; g++) {
-					__m512	ws, wm;
-					__m512i	ia = _mm512_add_epi32(ic[g][2 * h],
-					    ic[g][2 * h + 1]);
-
-					q4k_sub_scales(gp[g] + (size_t)b * K4BLK, sub, dd[g], dm[g],
-					    &ws, &wm);
-					acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia),
-					    _mm512_mul_ps(ws, d), acc[g]);
-					acc[g] = _mm512_fnmadd_ps(wm, sm, acc[g]);
-				}
-			}
-		}
-	}
-#pragma GCC unroll 2
-	for (g = 0; g < mg; g++) {
-		int		n = mr - PG * g;
-		__mmask16	m = n >= PG ? 0xffff : (__mmask16)((1U << n) - 1);
-
-		_mm512_mask_storeu_ps(y + (size_t)t0 * ldy + r0 + PG * g, m, acc[g]);
-	}
-}
+_Static_assert(K4HDR == NO_HDR && PG == NO_PG && PMR <= NO_MG,
+    "the Q4_K layout is the one nibble_one reads");
 
 /* One packed Q4_K tile: mg groups of 16 rows by nr tokens (compile-time). */
 AI void
@@ -1520,7 +1419,7 @@ avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 {
 	if (mr > PG) {
 		switch (nr) {
-		case 1: q4k_packed_one(pw, cols, r0, 2, mr, a, t0, y, ldy); return;
+		case 1: nibble_one(pw, cols, r0, 2, mr, a, t0, y, ldy, K4BLK, 512, 0); return;
 		case 2: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 2, y, ldy); return;
 		case 3: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 3, y, ldy); return;
 		case 4: q4k_packed_tile(pw, cols, r0, 2, mr, a, t0, 4, y, ldy); return;
@@ -1529,7 +1428,7 @@ avx512_q4_k_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 		}
 	}
 	switch (nr) {
-	case 1: q4k_packed_one(pw, cols, r0, 1, mr, a, t0, y, ldy); return;
+	case 1: nibble_one(pw, cols, r0, 1, mr, a, t0, y, ldy, K4BLK, 512, 0); return;
 	case 2: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 2, y, ldy); return;
 	case 3: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 3, y, ldy); return;
 	case 4: q4k_packed_tile(pw, cols, r0, 1, mr, a, t0, 4, y, ldy); return;
