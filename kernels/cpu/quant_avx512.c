@@ -1290,14 +1290,11 @@ avx512_q4_k_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_
 	return (quant_pack_q4_k(w, rb, rows, cols, PG, dst));
 }
 
-/*
- * Prefetch n bytes of a packed Q4_K super-block's stream ahead; load its
- * rows' d and dmin.
- */
+/* Prefetch the next packed Q4_K super-block; load this one's d and dmin. */
 AI void
-q4k_head(const uint8_t *p, const int ahead, const int n, __m512 *dd, __m512 *dm)
+q4k_head(const uint8_t *p, __m512 *dd, __m512 *dm)
 {
-	prefetch_lines(p, ahead, n);
+	prefetch_lines(p, K4BLK, K4BLK);
 	*dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 	*dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
 }
@@ -1350,7 +1347,7 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 		for (g = 0; g < mg; g++) {
 			const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
-			q4k_head(p, K4BLK, K4BLK, &dd[g], &dm[g]);
+			q4k_head(p, &dd[g], &dm[g]);
 		}
 		for (sub = 0; sub < 8; sub++) {
 			const int64_t	 e = 256 * b + 32 * sub;
