@@ -16,7 +16,11 @@
  *
  * bf16 mode (quant_allow_bf16_dot): vdpbf16ps on bf16 weights (F16 ones
  * rounded to bf16 at load) and activations rounded to bf16, two columns per
- * lane and instruction, one chain per output in column order.
+ * lane and instruction, one chain per output in column order.  The
+ * activations are interleaved by groups of tokens (ACT_BF16X) so that a
+ * tile's broadcasts read one stream, not one per token: with a stream per
+ * token the tile ran at 78% of vdpbf16ps's issue rate on Zen 4, with one
+ * at 98%.
  */
 #include "config.h"
 
@@ -397,7 +401,10 @@ bf16_pack_bf16dot(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8
 	return (pack_bf16dot(TT_BF16, w, rb, rows, cols, dst));
 }
 
-/* One bf16-mode tile: mg groups of 16 rows (mr rows kept) by nr tokens. */
+/*
+ * One bf16-mode tile: mg groups of 16 rows (mr rows kept) by nr tokens of
+ * one ACT_BF16X group, whose pairs for a column pair lie side by side.
+ */
 AI void
 bf16dot_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
     const struct qact *a, int t0, const int nr, float *y, int64_t ldy)
@@ -405,21 +412,20 @@ bf16dot_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 	const size_t	 gb = group_bytes(cols);
 	const uint8_t	*gp = pw + (size_t)(r0 / FG) * gb;
 	const int64_t	 np = (cols + 1) / 2;
+	const int	 g = f32x_group(a);
+	const uint32_t	*x = (const uint32_t *)a->xb + (size_t)(t0 / g) * g * np +
+			     t0 % g;
 	__m512		 acc[BSMR][BNR];
 	__m512bh	 wv[BSMR];
-	const uint32_t	*x[BNR];
 	int64_t		 p;
 	int		 i, j;
 
 #pragma GCC unroll 12
-	for (j = 0; j < nr; j++) {
-		/* Pairs of bf16 activations; the stride is padded with zeros. */
-		x[j] = (const uint32_t *)(a->xb + (size_t)(t0 + j) * a->stride);
+	for (j = 0; j < nr; j++)
 #pragma GCC unroll 4
 		for (i = 0; i < mg; i++)
 			acc[i][j] = _mm512_setzero_ps();
-	}
-	for (p = 0; p < np; p++) {
+	for (p = 0; p < np; p++, x += g) {
 #pragma GCC unroll 4
 		for (i = 0; i < mg; i++) {
 			prefetch_group(gp + i * gb + 64 * p,
@@ -429,7 +435,7 @@ bf16dot_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 		}
 #pragma GCC unroll 12
 		for (j = 0; j < nr; j++) {
-			__m512bh xv = (__m512bh)_mm512_set1_epi32((int)x[j][p]);
+			__m512bh xv = (__m512bh)_mm512_set1_epi32((int)x[j]);
 #pragma GCC unroll 4
 			for (i = 0; i < mg; i++)
 				acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[i], xv);
@@ -473,26 +479,36 @@ bf16dot_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
 	}
 }
 
-/* Activations rounded to bf16 (nearest even), zero padded to the stride. */
+/* Round the activations of tokens [t0, t1) to bf16 (ACT_BF16X). */
 static void
-act_fill_bf16(struct qact *a, uint32_t type, int t0, int t1)
+act_fill_bf16x(struct qact *a, uint32_t type, int t0, int t1)
 {
-	const int64_t	cols = a->cols, stride = a->stride;
-	int64_t		c;
+	const int64_t	cols = a->cols, np = (cols + 1) / 2;
+	const int	g = f32x_group(a);
+	int64_t		p;
 	int		t;
 
 	(void)type;
 	for (t = t0; t < t1; t++) {
 		const float	*x = a->x + (size_t)t * cols;
-		uint16_t	*xb = a->xb + (size_t)t * stride;
+		uint32_t	*d = (uint32_t *)a->xb + (size_t)(t / g) * g * np + t % g;
 
-		for (c = 0; c < stride; c += 16) {
-			int64_t		n = cols - c;
-			__mmask16	m = n >= 16 ? 0xffff : n <= 0 ? 0 :
-					    (__mmask16)((1U << n) - 1);
-			__m256bh	v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + c));
+		/* Nearest even, as f32_to_bf16 does; a missing last column is 0. */
+		for (p = 0; p < np; p += 16) {
+			int64_t		n = cols - 2 * p;
+			__mmask16	lo = n >= 32 ? 0xffff :
+					    (__mmask16)((1U << (n > 16 ? 16 : n)) - 1);
+			__mmask16	hi = n >= 32 ? 0xffff : n <= 16 ? 0 :
+					    (__mmask16)((1U << (n - 16)) - 1);
+			__m512i		v = (__m512i)_mm512_cvtne2ps_pbh(
+					    _mm512_maskz_loadu_ps(hi, x + 2 * p + 16),
+					    _mm512_maskz_loadu_ps(lo, x + 2 * p));
+			uint32_t	w[16];
+			int		k;
 
-			_mm256_storeu_si256((__m256i *)(xb + c), (__m256i)v);
+			_mm512_storeu_si512(w, v);
+			for (k = 0; k < 16 && p + k < np; k++)
+				d[(p + k) * g] = w[k];
 		}
 	}
 }
@@ -539,8 +555,8 @@ float_avx512_packed(struct quant_kernel *k, uint32_t type, int bf16)
 		 */
 		k->smr = BSMR * FG;
 		k->pnr = BNR;
-		k->playout = ACT_BF16;
-		k->pfill = act_fill_bf16;
+		k->playout = ACT_BF16X;
+		k->pfill = act_fill_bf16x;
 		return;
 	}
 	k->pack = type == TT_F16 ? f16_pack : bf16_pack;

@@ -377,6 +377,9 @@ quant_act_bytes(uint32_t type, int layout, int64_t cols, int n_tok)
 		return (ALIGN64(n * 2) + 64);
 	if (layout == ACT_I16)
 		return (ALIGN64(n * 2) + ALIGN64(n / 32 * 4) + 64);
+	if (layout == ACT_BF16X)
+		return ((size_t)((cols + 1) & ~(int64_t)1) * 2 *
+		    ((n_tok + ACT_F32X_TOK - 1) / ACT_F32X_TOK * ACT_F32X_TOK) + 64);
 	if (layout == ACT_F32X)
 		return ((size_t)((cols + 1) & ~(int64_t)1) * 4 *
 		    ((n_tok + ACT_F32X_TOK - 1) / ACT_F32X_TOK * ACT_F32X_TOK) + 64);
@@ -401,7 +404,7 @@ quant_act_init(struct qact *a, uint32_t type, int layout, const float *x, int64_
 	a->layout = layout;
 	a->x = x;
 	p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-	if (layout == ACT_BF16) {
+	if (layout == ACT_BF16 || layout == ACT_BF16X) {
 		a->xb = (uint16_t *)p;
 		return;
 	}

@@ -92,6 +92,14 @@ enum act_layout {
 	 * holds each token's int16 codes, d the scale of each block of 32.
 	 */
 	ACT_I16 = 8,
+	/*
+	 * Float types on bf16 dot products, repacked: the bf16 activations
+	 * (xb) grouped as ACT_F32X is, a 32-bit word per column pair (column
+	 * 2p in the low half): token t, pair p is word (t / G) * G * P +
+	 * p * G + t % G (P = (cols + 1) / 2), so a tile's broadcasts read one
+	 * stream.
+	 */
+	ACT_BF16X = 9,
 };
 #define ACT_F32X_TOK	12
 
@@ -106,7 +114,7 @@ struct qact {
 	float		*dl;	/* n_tok x stride/4: scale of each lane */
 	int32_t		*bias;	/* n_tok x stride/4 */
 	float		*s;	/* n_tok x stride/32: d * sum(q) */
-	uint16_t	*xb;	/* ACT_BF16: n_tok x stride bf16 values */
+	uint16_t	*xb;	/* ACT_BF16: n_tok x stride bf16 values (ACT_BF16X) */
 	float		*xf;	/* ACT_F32X: the interleaved f32 activations */
 };
 

@@ -337,6 +337,49 @@ test_fill_layout(uint32_t type, int isa, int layout, quant_fill_fn fill, const c
 	free(b2);
 }
 
+/*
+ * The repacked bf16-dot kernel's activations (ACT_BF16X): every token's
+ * column pairs rounded to bf16 at the word quant.h gives, in groups of
+ * ACT_F32X_TOK tokens, a missing last column zero.
+ */
+static void
+test_fill_bf16x(uint32_t type, int64_t cols, int n_tok)
+{
+	struct quant_kernel	 k = quant_kernel_get(QUANT_ISA_AVX512, type);
+	const int64_t		 np = (cols + 1) / 2;
+	const int		 g = n_tok < ACT_F32X_TOK ? n_tok : ACT_F32X_TOK;
+	struct qact		 a;
+	float			*x = malloc((size_t)cols * n_tok * sizeof *x);
+	void			*buf;
+	int64_t			 p, bad = 0;
+	int			 t;
+
+	buf = malloc(quant_act_bytes(type, ACT_BF16X, cols, n_tok) + 64);
+	if (x == NULL || buf == NULL)
+		abort();
+	for (t = 0; t < n_tok * cols; t++)
+		x[t] = (float)((t * 7919) % 2001 - 1000) / 37.0f;
+	quant_act_init(&a, type, ACT_BF16X, x, cols, n_tok, buf);
+	ok(k.playout == ACT_BF16X && k.pfill != NULL, "%s (bf16 dot): the repacked "
+	    "kernel takes ACT_BF16X", tensor_type_name(type));
+	if (k.pfill != NULL)
+		k.pfill(&a, type, 0, n_tok);
+	for (t = 0; t < n_tok; t++)
+		for (p = 0; p < np; p++) {
+			const uint32_t	*w = (const uint32_t *)a.xb;
+			uint32_t	 want = f32_to_bf16(x[t * cols + 2 * p]) |
+					     (2 * p + 1 < cols ? (uint32_t)f32_to_bf16(
+					     x[t * cols + 2 * p + 1]) << 16 : 0);
+
+			bad += w[(size_t)(t / g) * g * np + p * g + t % g] != want;
+		}
+	ok(bad == 0, "%s (bf16 dot): %d tokens of %lld columns at their ACT_BF16X "
+	    "words (%lld wrong)", tensor_type_name(type), n_tok, (long long)cols,
+	    (long long)bad);
+	free(x);
+	free(buf);
+}
+
 /* test_fill_layout for a type's kernel, and its repacked kernel's if it has one. */
 static void
 test_fill(uint32_t type, int isa)
@@ -344,7 +387,7 @@ test_fill(uint32_t type, int isa)
 	struct quant_kernel k = quant_kernel_get(isa, type);
 
 	test_fill_layout(type, isa, k.layout, k.fill, "the");
-	if (k.pfill != NULL && k.playout != ACT_F32X && k.playout != ACT_BF16)
+	if (k.pfill != NULL && k.playout != ACT_F32X && k.playout != ACT_BF16X)
 		test_fill_layout(type, isa, k.playout, k.pfill, "the repacked kernel's");
 }
 
@@ -377,6 +420,9 @@ main(void)
 		quant_allow_bf16_dot(QUANT_BF16_DOT_ALL);
 		test_dots(TT_F16, QUANT_ISA_AVX512);
 		test_dots(TT_BF16, QUANT_ISA_AVX512);
+		test_fill_bf16x(TT_BF16, 75, 13);
+		test_fill_bf16x(TT_F16, 2050, 30);
+		test_fill_bf16x(TT_BF16, 96, 5);
 		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
 	} else
 		diag("bf16 dot products: not supported by this CPU, skipped");
