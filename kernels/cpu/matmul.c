@@ -432,32 +432,37 @@ mul_worker(void *arg, int ith, int nth)
 	}
 }
 
-/* Prepare FILL_TOK tokens of one activation set an item until none are left. */
-static void
-fill_worker(void *arg, int ith, int nth)
-{
-	struct fill_job		*job = arg;
-	const struct qmat	*m;
-	int64_t			 c;
-	int			 i, t0, t1;
-
-	(void)nth;
-	while ((c = take_item(&job->items, ith)) >= 0) {
-		i = (int)(c / job->per);
-		m = job->m[i];
-		t0 = (int)(c % job->per) * FILL_TOK;
-		t1 = t0 + FILL_TOK < job->n_tok ? t0 + FILL_TOK : job->n_tok;
-		(m->packed != NULL ? m->kern.pfill : m->kern.fill)(job->a[i], m->type,
-		    t0, t1);
-	}
-}
-
 /* The activation layout a matrix's kernel reads. */
 static int
 act_layout(const struct qmat *m)
 {
 	return (m->packed != NULL ? m->kern.playout : m->kern.layout);
 }
+
+/* Prepare tokens [t0, t1) of a's activations as m's kernel reads them. */
+static void
+act_fill(const struct qmat *m, struct qact *a, int t0, int t1)
+{
+	(m->packed != NULL ? m->kern.pfill : m->kern.fill)(a, m->type, t0, t1);
+}
+
+/* Prepare FILL_TOK tokens of one activation set an item until none are left. */
+static void
+fill_worker(void *arg, int ith, int nth)
+{
+	struct fill_job		*job = arg;
+	int64_t			 c;
+	int			 i, t0, t1;
+
+	(void)nth;
+	while ((c = take_item(&job->items, ith)) >= 0) {
+		i = (int)(c / job->per);
+		t0 = (int)(c % job->per) * FILL_TOK;
+		t1 = t0 + FILL_TOK < job->n_tok ? t0 + FILL_TOK : job->n_tok;
+		act_fill(job->m[i], job->a[i], t0, t1);
+	}
+}
+
 
 /*
  * Multiply n matrices by the same activations in one run of the pool: the
@@ -519,8 +524,7 @@ qmat_mul_n(struct threadpool *pool, int n, const struct qmat *const *ms,
 				fill.m[fill.n] = m;
 				fill.a[fill.n++] = &acts[i];
 			} else
-				(m->packed != NULL ? m->kern.pfill : m->kern.fill)(&acts[i],
-				    m->type, 0, n_tok);
+				act_fill(m, &acts[i], 0, n_tok);
 			if (need[i] != 0)
 				buf += need[i];
 		}

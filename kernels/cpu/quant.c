@@ -377,11 +377,9 @@ quant_act_bytes(uint32_t type, int layout, int64_t cols, int n_tok)
 		return (ALIGN64(n * 2) + 64);
 	if (layout == ACT_I16)
 		return (ALIGN64(n * 2) + ALIGN64(n / 32 * 4) + 64);
-	if (layout == ACT_BF16X)
-		return ((size_t)((cols + 1) & ~(int64_t)1) * 2 *
-		    ((n_tok + ACT_F32X_TOK - 1) / ACT_F32X_TOK * ACT_F32X_TOK) + 64);
-	if (layout == ACT_F32X)
-		return ((size_t)((cols + 1) & ~(int64_t)1) * 4 *
+	/* Whole groups of tokens, f32 or bf16 values, cols rounded to even. */
+	if (layout == ACT_F32X || layout == ACT_BF16X)
+		return ((size_t)((cols + 1) & ~(int64_t)1) * (layout == ACT_F32X ? 4 : 2) *
 		    ((n_tok + ACT_F32X_TOK - 1) / ACT_F32X_TOK * ACT_F32X_TOK) + 64);
 	if (!is_int_type(type))
 		return (0);
