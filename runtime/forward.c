@@ -703,6 +703,20 @@ silu_mul(float *a, const float *b, size_t n)
 	memcpy(a + i, ta, (n - i) * sizeof *a);
 }
 
+/*
+ * Run fn on all of the pool's threads when its work (n floats, in at least
+ * two parts) is large enough to pay for the wake-up, else on the caller.
+ */
+static void
+run_if_large(struct threadpool *tp, void (*fn)(void *, int, int), void *arg,
+    size_t n, int parts)
+{
+	if (tp != NULL && n >= EW_MIN_PARALLEL && parts > 1)
+		threadpool_run(tp, fn, arg);
+	else
+		fn(arg, 0, 1);
+}
+
 /* One thread's share of an ew_job: the same operation on every element. */
 static void
 ew_worker(void *arg, int ith, int nth)
@@ -737,10 +751,7 @@ ew_run(struct threadpool *tp, int op, float *a, const float *b, size_t n)
 {
 	struct ew_job	j = { a, b, n, op };
 
-	if (tp != NULL && n >= EW_MIN_PARALLEL)
-		threadpool_run(tp, ew_worker, &j);
-	else
-		ew_worker(&j, 0, 1);
+	run_if_large(tp, ew_worker, &j, n, 2);
 }
 
 /* Rows normalized by rmsnorm, split between the pool's threads. */
@@ -775,10 +786,7 @@ norm_run(struct threadpool *tp, float *y, const float *x, const float *w, int ro
 {
 	struct norm_job	j = { y, x, w, rows, n, eps };
 
-	if (tp != NULL && (size_t)rows * n >= EW_MIN_PARALLEL && rows > 1)
-		threadpool_run(tp, norm_worker, &j);
-	else
-		norm_worker(&j, 0, 1);
+	run_if_large(tp, norm_worker, &j, (size_t)rows * n, rows);
 }
 
 /* Rows of queries and keys rotated by rope, split between the threads. */
@@ -803,6 +811,14 @@ rope_worker(void *arg, int ith, int nth)
 		rope(j->k + (size_t)r * j->kvd, j->n_head_kv, j->hd, j->nrot, cr,
 		    j->neox);
 	}
+}
+
+/* rope over the rows of q and k, on all threads when there are enough. */
+static void
+rope_run(struct threadpool *tp, const struct rope_job *rj)
+{
+	run_if_large(tp, rope_worker, (void *)rj, (size_t)rj->rows * (rj->qd + rj->kvd),
+	    rj->rows);
 }
 
 /* Run the model over a ragged batch of at most FWD_MAX_ROWS tokens. */
@@ -946,15 +962,11 @@ forward_rows(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 			    mi->rms_eps);
 		}
 		{
-			struct rope_job rj = { q, k, cs + (size_t)(l->swa ? 1 : 0) *
+			const struct rope_job rj = { q, k, cs + (size_t)(l->swa ? 1 : 0) *
 			    T * nrot, T, qd, kvd, (int)mi->n_head, (int)mi->n_head_kv,
 			    hd, nrot, hp->rope_neox };
 
-			if (tp != NULL && (size_t)T * (qd + kvd) >= EW_MIN_PARALLEL &&
-			    T > 1)
-				threadpool_run(tp, rope_worker, &rj);
-			else
-				rope_worker(&rj, 0, 1);
+			rope_run(tp, &rj);
 		}
 		kv_store(&c, k, v);
 
