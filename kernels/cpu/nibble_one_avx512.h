@@ -45,6 +45,17 @@ mask_at(const uint8_t *p)
 	return ((__mmask64)m);
 }
 
+/* The 16 rows' scale and min of sub-block sub of a packed super-block p. */
+static inline __attribute__((always_inline)) void
+nibble_sub_scales(const uint8_t *p, const int sub, __m512 dd, __m512 dm, __m512 *ws,
+    __m512 *wm)
+{
+	*ws = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+	    _mm_loadu_si128((const __m128i *)(p + 64 + 16 * sub)))));
+	*wm = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+	    _mm_loadu_si128((const __m128i *)(p + 192 + 16 * sub)))));
+}
+
 /*
  * The tile for one token over mg (compile-time) groups of super-blocks of
  * blk bytes, pairs stride bytes apart, fifth bits when fifth: each nibble
@@ -134,14 +145,10 @@ nibble_one(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 
 #pragma GCC unroll 2
 				for (g = 0; g < mg; g++) {
-					const uint8_t	*p = gp[g] + (size_t)b * blk;
-					const __m512	 ws = _mm512_mul_ps(dd[g],
-					    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-					    _mm_loadu_si128((const __m128i *)(p + 64 + 16 * sub)))));
-					const __m512	 wm = _mm512_mul_ps(dm[g],
-					    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-					    _mm_loadu_si128((const __m128i *)(p + 192 + 16 * sub)))));
+					__m512	ws, wm;
 
+					nibble_sub_scales(gp[g] + (size_t)b * blk, sub, dd[g],
+					    dm[g], &ws, &wm);
 					acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(
 					    _mm512_add_epi32(ic[g][2 * h], ic[g][2 * h + 1])),
 					    _mm512_mul_ps(ws, d), acc[g]);

@@ -1299,17 +1299,6 @@ q4k_head(const uint8_t *p, __m512 *dd, __m512 *dm)
 	*dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
 }
 
-/* The 16 rows' scale and min of sub-block sub of a packed Q4_K super-block. */
-AI void
-q4k_sub_scales(const uint8_t *p, const int sub, __m512 dd, __m512 dm, __m512 *ws,
-    __m512 *wm)
-{
-	*ws = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-	    _mm_loadu_si128((const __m128i *)(p + 64 + 16 * sub)))));
-	*wm = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-	    _mm_loadu_si128((const __m128i *)(p + 192 + 16 * sub)))));
-}
-
 _Static_assert(K4HDR == NO_HDR && PG == NO_PG && PMR <= NO_MG,
     "the Q4_K layout is the one nibble_one reads");
 
@@ -1358,7 +1347,7 @@ q4k_packed_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int m
 			for (g = 0; g < mg; g++) {
 				const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 
-				q4k_sub_scales(p, sub, dd[g], dm[g], &ws[g], &wm[g]);
+				nibble_sub_scales(p, sub, dd[g], dm[g], &ws[g], &wm[g]);
 #pragma GCC unroll 6
 				for (j = 0; j < nr; j++)
 					ia[g][j] = _mm512_setzero_si512();
