@@ -67,9 +67,12 @@ scenario="--scenario interference --chats 2 --chat-output $chat \
 --long-every $every --long-count 1 --slo-ttft-ms 10000 --slo-tbt-ms 150 \
 --model-file $model --quiet"
 
-# label|phased load options, or llama-server
+# label|phased load options, or llama-server.  chunked-prefill-fixed plans
+# at most 128 tokens an iteration whatever the build measures, so that two
+# builds of different speeds are compared on the same chunks.
 servers="fcfs|policy=fcfs
 chunked-prefill|
+chunked-prefill-fixed|policy=chunked-prefill policy.budget=128
 decode-reserved|policy=decode-reserved
 slo|policy=slo policy.tbt_ms=150 policy.ttft_ms=10000
 disaggregated|policy=disaggregated groups=prefill:cpu0/decode:cpu1
