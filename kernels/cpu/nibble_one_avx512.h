@@ -23,6 +23,8 @@
 
 #define NO_PG	16	/* rows per packed group */
 #define NO_MG	2	/* groups per tile at most */
+#define NO_SC	64	/* bytes before the scales */
+#define NO_MN	192	/* bytes before the mins */
 #define NO_HDR	320	/* bytes before the first pair's vectors */
 
 /* Four activation codes broadcast to every lane. */
@@ -51,9 +53,9 @@ nibble_sub_scales(const uint8_t *p, const int sub, __m512 dd, __m512 dm, __m512 
     __m512 *wm)
 {
 	*ws = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-	    _mm_loadu_si128((const __m128i *)(p + 64 + 16 * sub)))));
+	    _mm_loadu_si128((const __m128i *)(p + NO_SC + 16 * sub)))));
 	*wm = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-	    _mm_loadu_si128((const __m128i *)(p + 192 + 16 * sub)))));
+	    _mm_loadu_si128((const __m128i *)(p + NO_MN + 16 * sub)))));
 }
 
 /*

@@ -257,10 +257,7 @@ kp_scales(const enum pkind kind, const uint8_t *p, const int sub, __m512 dd, __m
 		*wm = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)));
 		break;
 	case P_Q5_K:
-		*ws = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-		    _mm_loadu_si128((const __m128i *)(p + K5_SC + 16 * sub)))));
-		*wm = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-		    _mm_loadu_si128((const __m128i *)(p + K5_MN + 16 * sub)))));
+		nibble_sub_scales(p, sub, dd, dm, ws, wm);
 		break;
 	default:
 		*ws = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
@@ -421,9 +418,10 @@ kp_tile(const enum pkind kind, const uint8_t *pw, int64_t cols, int64_t r0, cons
 	}
 }
 
-_Static_assert(K5_Q == NO_HDR && K5C(1, 0) - K5C(0, 0) == 640 &&
-    K5M(0, 0) - K5C(0, 0) == 512 && K5M(1, 0) - K5C(0, 0) == 576 &&
-    PG == NO_PG && PMR <= NO_MG, "the Q5_K layout is the one nibble_one reads");
+_Static_assert(K5_SC == NO_SC && K5_MN == NO_MN && K5_Q == NO_HDR &&
+    K5C(1, 0) - K5C(0, 0) == 640 && K5M(0, 0) - K5C(0, 0) == 512 &&
+    K5M(1, 0) - K5C(0, 0) == 576 && PG == NO_PG && PMR <= NO_MG,
+    "the Q5_K layout is the one nibble_one reads");
 
 /* Instantiate the pack function and the tile shapes of a type. */
 #define KPDISPATCH(fn, pk, kind)					\
