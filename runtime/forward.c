@@ -815,9 +815,9 @@ rope_worker(void *arg, int ith, int nth)
 
 /* rope over the rows of q and k, on all threads when there are enough. */
 static void
-rope_run(struct threadpool *tp, const struct rope_job *rj)
+rope_run(struct threadpool *tp, struct rope_job *rj)
 {
-	run_if_large(tp, rope_worker, (void *)rj, (size_t)rj->rows * (rj->qd + rj->kvd),
+	run_if_large(tp, rope_worker, rj, (size_t)rj->rows * (rj->qd + rj->kvd),
 	    rj->rows);
 }
 
@@ -962,7 +962,7 @@ forward_rows(const struct model *m, struct kv_pool *pool, struct fwd_batch *b,
 			    mi->rms_eps);
 		}
 		{
-			const struct rope_job rj = { q, k, cs + (size_t)(l->swa ? 1 : 0) *
+			struct rope_job rj = { q, k, cs + (size_t)(l->swa ? 1 : 0) *
 			    T * nrot, T, qd, kvd, (int)mi->n_head, (int)mi->n_head_kv,
 			    hd, nrot, hp->rope_neox };
 

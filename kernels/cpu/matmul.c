@@ -463,7 +463,6 @@ fill_worker(void *arg, int ith, int nth)
 	}
 }
 
-
 /*
  * Multiply n matrices by the same activations in one run of the pool: the
  * activations are prepared once per distinct (type, layout), and the rows
