@@ -1,6 +1,7 @@
 /* forward.c: the ragged batched forward pass over paged KV, shared by every architecture. */
 
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -751,7 +752,8 @@ ew_run(struct threadpool *tp, int op, float *a, const float *b, size_t n)
 {
 	struct ew_job	j = { a, b, n, op };
 
-	run_if_large(tp, ew_worker, &j, n, 2);
+	/* Elements split anywhere: as many parts as there are threads. */
+	run_if_large(tp, ew_worker, &j, n, INT_MAX);
 }
 
 /* Rows normalized by rmsnorm, split between the pool's threads. */

@@ -30,7 +30,7 @@
  * sub-block, acc = fma(f32(sum u * q), d * sc * token scale, acc) then
  * acc -= dmin * mn * (token scale * sum q).
  */
-#define K4HDR	(20 * PG)
+#define K4HDR	QUANT_Q4K_Q(PG)
 #define K4BLK	QUANT_Q4K_PACKED_BLOCK(PG)
 
 /* Copy Q4_K rows into the packed layout (or only size it). */
@@ -367,10 +367,10 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 				const uint8_t *p = gp[g] + (size_t)b * K4BLK;
 				__m256 ws = _mm256_mul_ps(dd[g], _mm256_cvtepi32_ps(
 				    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)
-				    (p + 32 + 8 * sub)))));
+				    (p + QUANT_Q4K_SC(PG) + PG * sub)))));
 				__m256 wm = _mm256_mul_ps(dm[g], _mm256_cvtepi32_ps(
 				    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)
-				    (p + 96 + 8 * sub)))));
+				    (p + QUANT_Q4K_MN(PG) + PG * sub)))));
 
 #pragma GCC unroll 4
 				for (j = 0; j < nr; j++) {

@@ -529,13 +529,13 @@ quant_pack_q4_k(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, int pg,
 				memcpy(o + 2 * pg + 2 * i, sb + 2, 2);
 				q4k_scales(sb + 4, sc, mn);
 				for (k = 0; k < 8; k++) {
-					o[4 * pg + pg * k + i] = sc[k];
-					o[12 * pg + pg * k + i] = mn[k];
+					o[QUANT_Q4K_SC(pg) + pg * k + i] = sc[k];
+					o[QUANT_Q4K_MN(pg) + pg * k + i] = mn[k];
 				}
 				for (h = 0; h < 4; h++)
 					for (k = 0; k < 8; k++)
 						for (e = 0; e < 4; e++)
-							o[20 * pg + 32 * pg * h + 4 * pg * k +
+							o[QUANT_Q4K_Q(pg) + 32 * pg * h + 4 * pg * k +
 							    4 * i + e] = sb[16 + 32 * h + 4 * k + e];
 			}
 		}

@@ -1288,7 +1288,7 @@ PDISPATCH(avx512_iq4_nl_packed, avx512_iq4_nl_pack, K_IQ4_NL)
  * sub-block, acc = fma(f32(sum u * q), d * sc * token scale, acc) then
  * acc -= dmin * mn * (token scale * sum q).
  */
-#define K4HDR	(20 * PG)
+#define K4HDR	QUANT_Q4K_Q(PG)
 #define K4BLK	QUANT_Q4K_PACKED_BLOCK(PG)
 
 /* Copy Q4_K rows into the packed layout (or only size it). */
@@ -1307,7 +1307,8 @@ q4k_head(const uint8_t *p, __m512 *dd, __m512 *dm)
 	*dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
 }
 
-_Static_assert(K4HDR == NO_HDR && PG == NO_PG && PMR <= NO_MG,
+_Static_assert(QUANT_Q4K_SC(PG) == NO_SC && QUANT_Q4K_MN(PG) == NO_MN &&
+    K4HDR == NO_HDR && PG == NO_PG && PMR <= NO_MG,
     "the Q4_K layout is the one nibble_one reads");
 
 /* One packed Q4_K tile: mg groups of 16 rows by nr tokens (compile-time). */
