@@ -40,7 +40,8 @@
 # Environment: TYPES (default: all below), ROUNDS (5), REPS (1: runs of
 # each test per tool invocation; ROUNDS=1 REPS=5 pays each tool's warm-up
 # and load once per type instead of five times), THREADS (2),
-# PP (512,2048: comma-separated prompt lengths), NG (128; 0 leaves
+# PP (512,2048: comma-separated prompt lengths; 0 leaves prompt
+# processing out), NG (128; 0 leaves
 # generation out), DEPTH (0: tokens already in the KV cache when each
 # test starts, both tools' -d, so generation is measured with that much
 # context), IMATRIX, KEEP=1
