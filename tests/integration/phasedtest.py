@@ -335,6 +335,24 @@ def gen_many(d, model, prompts, opts):
     return res
 
 
+def gen_preempting(d, model, prompts, opts, solo, tries=5):
+    """Run the prompts at once (gen_many) until the model has preempted.
+
+    The clients are separate processes: on a loaded machine they may start
+    too far apart to meet in the KV pool, so up to tries rounds run.  Return
+    the prompts whose tokens differed from solo[prompt] in any round, the
+    model's stats after the last round and the number of rounds.
+    """
+    bad, rounds, st = [], 0, {}
+    for rounds in range(1, tries + 1):
+        res = gen_many(d, model, prompts, opts)
+        bad += [p for p, (t, f) in zip(prompts, res) if t != solo[p]]
+        st = json.loads(d.ctl("--json", "stats", model)[1])["models"][0]
+        if st["preemptions"] > 0:
+            break
+    return bad, st, rounds
+
+
 def models(d):
     """The daemon's models by name, as phasectl --json models gives them."""
     rc, out, err = d.ctl("--json", "models")

@@ -287,16 +287,8 @@ ok(len(ev) >= 20, "the trace is valid JSON with an event per iteration (%d)" % l
 # Forced preemption: a tiny KV pool still gives identical tokens.
 rc, out, err = d.ctl("load", "tiny", MODEL, "ctx=512", "kv=f32", "kv-tokens=96", "block-size=16")
 ok(rc == 0, "load with a 6-block KV pool", err)
-# The four clients are separate processes: on a loaded machine they may
-# start too far apart to meet in the pool, so up to five rounds run until
-# one of them preempts; every round must give the solo tokens.
-bad, rounds = [], 0
-for rounds in range(1, 6):
-    res = gen_many(d, "tiny", PROMPTS[:4], ["--max-tokens", "40", "--temp", "0"])
-    bad += [p for p, (t, r) in zip(PROMPTS[:4], res) if t != solo[p]]
-    st = json.loads(d.ctl("--json", "stats", "tiny")[1])["models"][0]
-    if st["preemptions"] > 0:
-        break
+bad, st, rounds = gen_preempting(d, "tiny", PROMPTS[:4],
+                                 ["--max-tokens", "40", "--temp", "0"], solo)
 ok(not bad, "preempted generations give identical tokens", bad)
 ok(st["preemptions"] > 0, "preemptions happened (%d, in %d round%s)" %
    (st["preemptions"], rounds, "" if rounds == 1 else "s"))

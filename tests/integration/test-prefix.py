@@ -163,11 +163,11 @@ ok(rc != 0 and "no --rate or --concurrency" in err, "multiturn refuses --rate", 
 rc, out, err = d.ctl("load", "tiny", MODEL, "ctx=512", "kv=f32", "kv-tokens=192",
                      "block-size=16")
 ok(rc == 0, "load with a 12-block KV pool", err)
-res = gen_many(d, "tiny", PROMPTS[:4], OPTS)
-bad = [p for p, (t, f) in zip(PROMPTS[:4], res) if t != solo[p]]
+bad, st, rounds = gen_preempting(d, "tiny", PROMPTS[:4], OPTS, solo)
+cn = stats(d, "tiny")[1]
 ok(not bad, "preempted requests sharing blocks give identical tokens", bad)
-st, cn = stats(d, "tiny")
-ok(st["preemptions"] > 0, "preemptions happened (%d)" % st["preemptions"])
+ok(st["preemptions"] > 0, "preemptions happened (%d, in %d round%s)" %
+   (st["preemptions"], rounds, "" if rounds == 1 else "s"))
 ok(cn["prefix_cache_hit_tokens"] > 0, "and the cache was used (%d tokens)"
    % cn["prefix_cache_hit_tokens"])
 ok(cn["prefix_cache_evictions"] > 0, "a tiny pool evicts cached blocks (%d)"
