@@ -322,7 +322,8 @@ q4k_tile(const uint8_t *pw, int64_t cols, int64_t r0, const int mg, int mr,
 			if (nr == 1)	/* the header; codes per pair of blocks */
 				avx2_prefetch_block(p, K4HDR);
 			dd[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-			dm[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+			dm[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p +
+			    QUANT_Q4K_DM(PG))));
 		}
 #pragma GCC unroll 8
 		for (sub = 0; sub < 8; sub++) {

@@ -526,7 +526,7 @@ quant_pack_q4_k(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, int pg,
 					break;
 				sb = w + (size_t)r * rb + (size_t)b * 144;
 				memcpy(o + 2 * i, sb, 2);
-				memcpy(o + 2 * pg + 2 * i, sb + 2, 2);
+				memcpy(o + QUANT_Q4K_DM(pg) + 2 * i, sb + 2, 2);
 				q4k_scales(sb + 4, sc, mn);
 				for (k = 0; k < 8; k++) {
 					o[QUANT_Q4K_SC(pg) + pg * k + i] = sc[k];

@@ -135,10 +135,11 @@ void	quant_act_block_bias(int32_t *bias, int64_t n, int lanes);
 /* ACT_PAIR16: a token's nb pairs of half-block code sums from its codes q. */
 void	quant_act_pair16(const int8_t *q, int32_t *bias, int64_t nb);
 /*
- * A repacked Q4_K super-block of pg rows (quant_pack_q4_k): d and dmin
- * (halves) at 0 and 2 * pg, the scales and mins [8][pg] (bytes), then the
- * codes; and its size in bytes.
+ * A repacked Q4_K super-block of pg rows (quant_pack_q4_k): d[pg] and
+ * dmin[pg] (halves), the scales and mins [8][pg] (bytes), then the codes;
+ * and its size in bytes.
  */
+#define QUANT_Q4K_DM(pg)		(2 * (pg))
 #define QUANT_Q4K_SC(pg)		(4 * (pg))
 #define QUANT_Q4K_MN(pg)		(12 * (pg))
 #define QUANT_Q4K_Q(pg)			(20 * (pg))

@@ -1304,7 +1304,8 @@ q4k_head(const uint8_t *p, __m512 *dd, __m512 *dm)
 {
 	prefetch_lines(p, K4BLK, K4BLK);
 	*dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-	*dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+	*dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p +
+	    QUANT_Q4K_DM(PG))));
 }
 
 _Static_assert(QUANT_Q4K_SC(PG) == NO_SC && QUANT_Q4K_MN(PG) == NO_MN &&
