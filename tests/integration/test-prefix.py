@@ -31,9 +31,14 @@ PROMPTS = [SHARED_TEXT + s for s in SUFFIXES]
 OPTS = ["--max-tokens", "40", "--temp", "0"]
 
 
+def cache_counters(st):
+    """A model's prefix cache counters from its stats, named as the metrics."""
+    return {"prefix_cache_" + k: v for k, v in st["prefix_cache"].items()}
+
+
 def stats(d, name):
     st = json.loads(d.ctl("--json", "stats", name)[1])["models"][0]
-    return st, {"prefix_cache_" + k: v for k, v in st["prefix_cache"].items()}
+    return st, cache_counters(st)
 
 
 conf = "plugin-dir %s\nsocket-group nogroup\nmax-waiting 64\n" % PLUGINS
@@ -164,7 +169,7 @@ rc, out, err = d.ctl("load", "tiny", MODEL, "ctx=512", "kv=f32", "kv-tokens=192"
                      "block-size=16")
 ok(rc == 0, "load with a 12-block KV pool", err)
 bad, st, rounds = gen_preempting(d, "tiny", PROMPTS[:4], OPTS, solo)
-cn = stats(d, "tiny")[1]
+cn = cache_counters(st)
 ok(not bad, "preempted requests sharing blocks give identical tokens", bad)
 ok(st["preemptions"] > 0, "preemptions happened (%d, in %d round%s)" %
    (st["preemptions"], rounds, "" if rounds == 1 else "s"))
