@@ -664,6 +664,10 @@ load_deliver(struct mbox_msg *m)
 			log_info("model %s: %u of %u BF16 matrices take 16-bit "
 			    "integer dot products", in->name,
 			    in->model->n_bf16_i16, in->model->n_bf16);
+		if (in->model->attn_bf16 || in->model->attn_i16)
+			log_info("model %s: attention on the CPU takes %s dot "
+			    "products", in->name, in->model->attn_bf16 ?
+			    "bf16" : "16-bit integer");
 		load_reply(in, NULL);
 		if (instance_load_hook != NULL)
 			instance_load_hook(in->name, NULL);

@@ -97,8 +97,9 @@ apply_math(const struct phased_config *conf)
 				    "multiply-add rate; %s", rate,
 				    auto_which == QUANT_BF16_DOT_NONE ?
 				    "BF16 weights exact" : "BF16 weights, F16 ones of "
-				    "bf16 values, and the attention of quantized "
-				    "models take bf16 dot products");
+				    "bf16 values, and the attention of models of "
+				    "them and of quantized ones take bf16 dot "
+				    "products");
 		}
 		quant_allow_bf16_dot(auto_which);
 		return;

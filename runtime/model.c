@@ -372,15 +372,19 @@ load_weights(struct load_ctx *lc, char **cause)
 }
 
 /*
- * Whether a model mostly of weight type ty computes attention with bf16
+ * Whether model m, mostly of weight type ty, computes attention with bf16
  * dot products on this CPU: always where every float type may take them
  * (bf16-dot yes); where only BF16 may (auto, on a CPU that issues them
  * fast), for the quantized types, whose products already round their
- * activations to 8-bit integers: bf16 attention moves their logits less
- * than the quantization does.  F32, F16 and BF16 models stay exact there.
+ * activations to 8-bit integers (bf16 attention moves their logits less
+ * than the quantization does), and for the models whose matrices take
+ * bf16 dot products: BF16 ones, and F16 ones whose every F16 matrix holds
+ * bf16 values, which so compute as their BF16 form does.  Their products
+ * already round the activations to bf16.  F32 models, and F16 ones of
+ * other values, stay exact there.
  */
 static int
-attn_bf16_for(uint32_t ty)
+attn_bf16_for(const struct model *m, uint32_t ty)
 {
 	if (!quant_bf16_dot_supported())	/* AVX-512 in use, with bf16 */
 		return (0);
@@ -388,7 +392,9 @@ attn_bf16_for(uint32_t ty)
 	case QUANT_BF16_DOT_ALL:
 		return (1);
 	case QUANT_BF16_DOT_BF16:
-		return (ty != TT_F32 && ty != TT_F16 && ty != TT_BF16);
+		if (ty == TT_F16)
+			return (m->n_f16 > 0 && m->n_f16_bf16 == m->n_f16);
+		return (ty != TT_F32);
 	default:
 		return (0);
 	}
@@ -434,7 +440,7 @@ summarize(struct model *m)
 	if (m->info.type_name == NULL)
 		m->info.type_name = "unknown";
 	m->info.file_size = f->size;
-	m->attn_bf16 = attn_bf16_for(best);
+	m->attn_bf16 = attn_bf16_for(m, best);
 	m->attn_i16 = attn_i16_for(best);
 }
 

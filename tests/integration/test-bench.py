@@ -357,7 +357,28 @@ if os.path.exists(PHASED_BENCH):
     p = subprocess.run([synth, "--shape", "tiny256", "--type", "BF16", "--vocab", MODEL,
                         "--layers", "1", "-o", bf16], capture_output=True, timeout=300)
     if ok(p.returncode == 0, "phased-synth writes a BF16 model", p.stderr.decode()):
-        int16_runs(bf16, "BF16")
+        jd, _ = int16_runs(bf16, "BF16")
+        # Under auto its attention takes bf16 dot products where its
+        # matrices do, and the daemon logs it.
+        ok(jd.get("attn_bf16") == (jd.get("bf16_dot") == "bf16"),
+           "phased-bench BF16: bf16 attention %s with bf16_dot %s" %
+           (jd.get("attn_bf16"), jd.get("bf16_dot")))
+        d = Daemon(conf="plugin-dir %s\nbf16-dot auto\n" % PLUGINS).start()
+        try:
+            rc, out, err = d.ctl("load", "bf16", bf16, "ctx=64")
+            rc2, toks, final, err2 = gen_json(d, "bf16", "Once upon", "--max-tokens", "4",
+                                              "--temp", "0")
+            log = d.logtext()
+            chose = "bf16-dot auto: vdpbf16ps" in log and "take bf16 dot products" in \
+                log.split("bf16-dot auto: vdpbf16ps", 1)[1].splitlines()[0]
+            logged = "model bf16: attention on the CPU takes bf16 dot products" in log
+            ok(rc == 0 and rc2 == 0 and len(toks) == 4 and logged == chose,
+               "daemon, bf16-dot auto: BF16 model loads, generates 4 tokens, %s" %
+               ("logs bf16 attention" if logged else "no bf16 attention logged"),
+               err + err2)
+        finally:
+            d.stop()
+            d.cleanup()
     if os.path.exists(bf16):
         os.unlink(bf16)
     p = subprocess.run([PHASED_BENCH, "-m", "/nonexistent.gguf"], capture_output=True)

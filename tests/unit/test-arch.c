@@ -386,12 +386,79 @@ write_as(const char *name, uint32_t type, int bf16, const char *out)
 	return (rc);
 }
 
+/* Last logits of a 200-token prompt (a fixed pattern of ids) on m. */
+static int
+logits_of(const struct model *m, struct threadpool *tp, float *logits)
+{
+	struct kv_pool	*pool;
+	struct kv_seq	 seq;
+	int32_t		 ids[200];
+	char		*cause = NULL;
+	int		 i, rc, nv = model_info(m)->n_vocab;
+
+	if ((pool = model_kv_pool_create(m, 32, &cause)) == NULL) {
+		diag("KV pool: %s", cause);
+		free(cause);
+		return (-1);
+	}
+	for (i = 0; i < 200; i++)
+		ids[i] = (int32_t)((i * 97 + 11) % nv);
+	memset(&seq, 0, sizeof seq);
+	rc = prefill(m, pool, &seq, ids, 200, 64, tp, logits);
+	kv_seq_release(pool, &seq);
+	kv_pool_free(pool);
+	return (rc);
+}
+
+/*
+ * How far bf16 attention moves the logits of BF16 model m (loaded under
+ * bf16-dot auto, attention on bf16 products) from its exact attention's:
+ * less than rounding the activations to bf16 moved those from the F32
+ * model's.
+ */
+static void
+bf16_attention_moves(const char *name, struct model *m, struct threadpool *tp)
+{
+	struct model	*mf;
+	float		*lf, *lx, *lb;
+	double		 r, a, big;
+	int		 rc, nv = model_info(m)->n_vocab;
+
+	if (!ok((mf = load(name, 1, 0)) != NULL, "%s: F32 model loads", name))
+		return;
+	lf = malloc(nv * sizeof *lf);
+	lx = malloc(nv * sizeof *lx);
+	lb = malloc(nv * sizeof *lb);
+	m->attn_bf16 = 0;
+	rc = logits_of(mf, tp, lf) | logits_of(m, tp, lx);
+	m->attn_bf16 = 1;
+	rc |= logits_of(m, tp, lb);
+	if (ok(rc == 0, "%s as BF16: prompt forwarded with exact and bf16 "
+	    "attention", name)) {
+		big = maxabs(lf, nv);
+		r = maxdiff(lx, lf, nv) / big;
+		a = maxdiff(lb, lx, nv) / big;
+		ok(a > 0 && a < r, "%s as BF16: bf16 attention moves the "
+		    "logits (%.3g of the largest) less than rounding the "
+		    "activations did (%.3g)", name, a, r);
+	}
+	free(lf);
+	free(lx);
+	free(lb);
+	model_free(mf);
+}
+
 /*
  * A BF16 model with bf16-dot on (bf16-dot auto's choice where vdpbf16ps
  * is fast: activations rounded to bf16 as llama.cpp rounds them for BF16
- * matrices) against a float64 evaluation of that arithmetic
- * (tests/data/arch-bf16), then against llama.cpp's own run of the model,
- * which gives the same greedy tokens but logits 0.011-0.020 away.
+ * matrices), its attention exact, against a float64 evaluation of that
+ * arithmetic (tests/data/arch-bf16), then against llama.cpp's own run of
+ * the model, which gives the same greedy tokens but logits 0.011-0.020
+ * away; then as auto runs it, with bf16 attention, which moves the logits
+ * of a 200-token prompt less than rounding the activations did and keeps
+ * the invariance of the batch.  (With bf16 attention the logits land
+ * 7.5e-3 to 8.1e-3 of the largest from llama.cpp's, too near the F32
+ * weights' 9e-3 for that check to tell the weights apart.)
  */
 static void
 check_bf16(const char *name, struct threadpool *tp)
@@ -401,7 +468,6 @@ check_bf16(const char *name, struct threadpool *tp)
 	char			 ref[1200], out[1200], label[64], *doc;
 	char			*cause = NULL;
 
-	snprintf(label, sizeof label, "%s as BF16", name);
 	if (!quant_bf16_dot_supported()) {
 		diag("%s as BF16: no bf16 dot products on this CPU, skipped",
 		    name);
@@ -428,8 +494,10 @@ check_bf16(const char *name, struct threadpool *tp)
 		free(doc);
 		return;
 	}
-	ok(!m->attn_bf16, "%s as BF16: attention exact under bf16-dot auto",
+	ok(m->attn_bf16, "%s as BF16: bf16 attention under bf16-dot auto",
 	    name);
+	m->attn_bf16 = 0;
+	snprintf(label, sizeof label, "%s as BF16, exact attention", name);
 	check_doc(label, m, doc, tp, BF16_TOL, "the float64 reference's");
 	free(doc);
 	snprintf(ref, sizeof ref, "%s/tests/data/arch-bf16/%s-llamacpp.json",
@@ -438,31 +506,11 @@ check_bf16(const char *name, struct threadpool *tp)
 	    "outputs read", name))
 		check_doc(label, m, doc, tp, BF16_PEER_TOL, "llama.cpp's");
 	free(doc);
+	m->attn_bf16 = 1;
+	snprintf(label, sizeof label, "%s as BF16, bf16 attention", name);
+	bf16_attention_moves(name, m, tp);
+	invariance(label, m, 1, 0, tp);
 	model_free(m);
-}
-
-/* Last logits of a 200-token prompt (a fixed pattern of ids) on m. */
-static int
-logits_of(const struct model *m, struct threadpool *tp, float *logits)
-{
-	struct kv_pool	*pool;
-	struct kv_seq	 seq;
-	int32_t		 ids[200];
-	char		*cause = NULL;
-	int		 i, rc, nv = model_info(m)->n_vocab;
-
-	if ((pool = model_kv_pool_create(m, 32, &cause)) == NULL) {
-		diag("KV pool: %s", cause);
-		free(cause);
-		return (-1);
-	}
-	for (i = 0; i < 200; i++)
-		ids[i] = (int32_t)((i * 97 + 11) % nv);
-	memset(&seq, 0, sizeof seq);
-	rc = prefill(m, pool, &seq, ids, 200, 64, tp, logits);
-	kv_seq_release(pool, &seq);
-	kv_pool_free(pool);
-	return (rc);
 }
 
 /*
@@ -650,8 +698,8 @@ out:
 /*
  * An F16 model whose values are all bf16 values (a bf16 checkpoint
  * converted to F16) computes under bf16-dot auto as the BF16 model of the
- * same values does, to the bit; under bf16-dot no, exactly; an F16 model
- * of values of 11 bits stays exact under auto.
+ * same values does, to the bit, bf16 attention included; under bf16-dot
+ * no, exactly; an F16 model of values of 11 bits stays exact under auto.
  */
 static void
 check_f16_bf16_values(const char *name, struct threadpool *tp)
@@ -697,6 +745,9 @@ check_f16_bf16_values(const char *name, struct threadpool *tp)
 	    "bf16 values %u of %u under auto, %u under no; plain F16 %u of %u",
 	    name, mh->n_f16_bf16, mh->n_f16, mx->n_f16_bf16, mf->n_f16_bf16,
 	    mf->n_f16);
+	ok(mh->attn_bf16 && mb->attn_bf16 && !mf->attn_bf16 && !mx->attn_bf16,
+	    "%s: bf16 attention under auto for F16 of bf16 values and BF16, "
+	    "exact for plain F16 and under no", name);
 	nv = model_info(mh)->n_vocab;
 	lh = malloc(nv * sizeof *lh);
 	lb = malloc(nv * sizeof *lb);
