@@ -84,7 +84,9 @@ apply_math(const struct phased_config *conf)
 				    QUANT_ISA_AVX512 ? "vpdpwssd" : "vpmaddwd", rate,
 				    !auto_i16 ? "F16 weights exact" :
 				    quant_isa() >= QUANT_ISA_AVX512 ?
-				    "F16 weights take 16-bit integer dot products" :
+				    "F16 weights, and BF16 ones where bf16 dot "
+				    "products do not take them, take 16-bit "
+				    "integer dot products" :
 				    "F16 and BF16 weights, and the attention of "
 				    "quantized models, take 16-bit integer dot "
 				    "products");

@@ -49,9 +49,8 @@ static const char *const pb_math[] = {
 };
 /* The same under the default where F16 takes 16-bit integer products. */
 static const char *const pb_math_i16[] = {
-	"BF16 exact where the CPU has AVX-512 (else as F16), F16 through "
-	    "16-bit integer dot products (weights and activations to 13 bits "
-	    "of their block's largest)",
+	"F16 and BF16 through 16-bit integer dot products (weights and "
+	    "activations to 13 bits of their block's largest)",
 	"",
 	"BF16, and F16 of bf16 values, through bf16 dot products (activations "
 	    "rounded to bf16), other F16 through 16-bit integer dot products "

@@ -3,16 +3,17 @@
  * integer dot products on AVX2 (vpmaddwd: 16 products an instruction,
  * twice vfmadd231ps, then one vpaddd).
  *
- * For F16 the numbers, the packed layout and the activations (ACT_I16)
- * are those of f16_i16_avx512.c, so both variants give the same bits:
- * each block of 32 columns sums exactly in 32-bit integers, and each
- * output is fma(float(block sum), weight scale * activation scale, acc)
- * over the blocks in column order.  BF16 weights, which only this variant
- * takes this way (the AVX-512 one has bf16 dot products), become codes the
- * same way: a block's largest binade keeps its 8 significant bits shifted
- * left by five, so weights within a factor of 32 of the largest are exact
- * and smaller ones are rounded to 2^-13 of that binade.  A packed pair of
- * columns is 64 bytes, 16 rows of two codes: here two ymm of 8 rows each.
+ * The numbers, the packed layout and the activations (ACT_I16) are those
+ * of f16_i16_avx512.c, so both variants give the same bits: each block of
+ * 32 columns sums exactly in 32-bit integers, and each output is
+ * fma(float(block sum), weight scale * activation scale, acc) over the
+ * blocks in column order.  BF16 weights (which the AVX-512 variant takes
+ * this way only where bf16 dot products do not take them) become codes
+ * the same way as F16 ones: a block's largest binade keeps its 8
+ * significant bits shifted left by five, so weights within a factor of 32
+ * of the largest are exact and smaller ones are rounded to 2^-13 of that
+ * binade.  A packed pair of columns is 64 bytes, 16 rows of two codes:
+ * here two ymm of 8 rows each.
  */
 #include "config.h"
 

@@ -1,19 +1,25 @@
 /*
- * f16_i16_avx512.c: F16 weights times activations in 16-bit integer dot
- * products (vpdpwssd: 32 multiply-adds an instruction, twice vfmadd231ps).
+ * f16_i16_avx512.c: F16 and BF16 weights times activations in 16-bit
+ * integer dot products (vpdpwssd: 32 multiply-adds an instruction, twice
+ * vfmadd231ps).
  *
  * Numbers.  Each run of 32 columns of a weight row (a block) is held as
- * 16-bit integers m times a power of two 2^(emax - 27), emax being the
- * largest F16 exponent in the block: its largest values keep their 11
- * significant bits shifted left by two (|m| <= 8188), so every value
- * within a factor of four of them is exact and a smaller one is rounded
- * to a multiple of 2^-13 of the block's largest binade.  The activations
- * are rounded per token and block of 32 to q / 8191 of their largest
+ * 16-bit integers m times a power of two, set by eref, the largest
+ * exponent in the block.  F16: the block's largest values keep their 11
+ * significant bits shifted left by two (|m| <= 8188) and the scale is
+ * 2^(eref - 27), so every value within a factor of four of them is exact
+ * and a smaller one is rounded to a multiple of 2^-13 of the block's
+ * largest binade.  BF16 (where the CPU's bf16 dot products do not take
+ * it): its 8 significant bits shifted left by five, scale 2^(eref - 139)
+ * with eref at least 13 so that the scale stays a normal float: values
+ * within a factor of 32 of the largest are exact.  The activations are
+ * rounded per token and block of 32 to q / 8191 of their largest
  * magnitude (|q| <= 8191).  32 products of such bounds sum below 2^31, so
  * a block's integer sum is exact in 32 bits, and each output is
  * fma(float(sum of block b), weight scale * activation scale, acc) over the
  * blocks in column order: the same operations whatever the tile, the
- * batch, the thread split, and whether the weights are repacked.
+ * batch, the thread split, and whether the weights are repacked; the
+ * same bits as f16_i16_avx2.c.
  *
  * Matrices holding an infinity or NaN are left exact (i16_finite).
  *
@@ -43,8 +49,16 @@
 #define INR1	12	/* tokens per one-group tile */
 #define IPF_DECODE 6144	/* bytes ahead a one-token tile reads its groups */
 #define QMAX	8191	/* largest activation code */
-/* f32 exponent field of 2^(emax - 27): emax + 100. */
-#define EBIAS	100
+/*
+ * The formats' fields: F16 has a 10-bit fraction under a 5-bit exponent,
+ * BF16 a 7-bit one under 8 bits.  The codes of a block's largest binade
+ * hold its significand shifted left by SHIFT; its scale's f32 exponent
+ * field is eref + SBIAS, eref at least EREF_MIN.
+ */
+#define FRAC(ty)	((ty) == TT_F16 ? 10 : 7)
+#define SHIFT(ty)	((ty) == TT_F16 ? 2 : 5)
+#define SBIAS(ty)	((ty) == TT_F16 ? 100 : -12)
+#define EREF_MIN(ty)	((ty) == TT_F16 ? 1 : 13)
 
 #define AI	static inline __attribute__((always_inline))
 
@@ -63,34 +77,37 @@ group_bytes(int64_t cols)
 }
 
 /*
- * The codes of 32 F16 values h (zero past the end) and the exponent field
- * of their scale (see the top of the file).
+ * The codes of 32 F16 or BF16 values h (zero past the end) and the
+ * exponent field of their scale (see the top of the file).
  */
 AI __m512i
-i16_codes(__m512i h, uint8_t *scale)
+i16_codes(const uint32_t type, __m512i h, uint8_t *scale)
 {
 	const __m512i	mag = _mm512_and_si512(h, _mm512_set1_epi16(0x7fff));
-	const __m512i	e = _mm512_srli_epi16(mag, 10);
+	const __m512i	e = _mm512_srli_epi16(mag, FRAC(type));
 	const __m512i	one = _mm512_set1_epi16(1);
-	const __mmask32	normal = _mm512_test_epi16_mask(e, _mm512_set1_epi16(31));
+	const __m512i	fmask = _mm512_set1_epi16((1 << FRAC(type)) - 1);
+	const __mmask32	normal = _mm512_test_epi16_mask(e, e);
 	__m512i		ep, m, k, r, half;
 	__m256i		mx;
-	int		emax;
+	int		eref;
 
-	/* F16 orders its magnitudes as integers: the largest has emax. */
+	/* Both formats order their magnitudes as integers. */
 	mx = _mm256_max_epu16(_mm512_castsi512_si256(mag),
 	    _mm512_extracti64x4_epi64(mag, 1));
-	emax = _mm512_reduce_max_epu32(_mm512_cvtepu16_epi32(mx)) >> 10;
-	if (emax < 1)
-		emax = 1;	/* subnormals share exponent 1 */
-	*scale = (uint8_t)(emax + EBIAS);
+	eref = _mm512_reduce_max_epu32(_mm512_cvtepu16_epi32(mx)) >> FRAC(type);
+	if (eref < EREF_MIN(type))
+		eref = EREF_MIN(type);
+	*scale = (uint8_t)(eref + SBIAS(type));
 	/* Significand with its hidden bit; a subnormal counts as exponent 1. */
-	m = _mm512_mask_add_epi16(_mm512_and_si512(h, _mm512_set1_epi16(0x3ff)),
-	    normal, _mm512_and_si512(h, _mm512_set1_epi16(0x3ff)),
-	    _mm512_set1_epi16(0x400));
+	m = _mm512_mask_add_epi16(_mm512_and_si512(h, fmask), normal,
+	    _mm512_and_si512(h, fmask), _mm512_set1_epi16(1 << FRAC(type)));
 	ep = _mm512_max_epu16(e, one);
-	/* Shift left by k = ep - emax + 2 (at most 2), or right, rounding. */
-	k = _mm512_sub_epi16(ep, _mm512_set1_epi16((short)(emax - 2)));
+	/*
+	 * Shift left by k = ep - eref + SHIFT (at most SHIFT), or right,
+	 * rounding to nearest, ties up; shifts of 16 or more give 0.
+	 */
+	k = _mm512_sub_epi16(ep, _mm512_set1_epi16((short)(eref - SHIFT(type))));
 	r = _mm512_sub_epi16(_mm512_setzero_si512(), k);
 	half = _mm512_sllv_epi16(one, _mm512_sub_epi16(r, one));
 	m = _mm512_mask_blend_epi16(_mm512_cmpgt_epi16_mask(r,
@@ -100,7 +117,7 @@ i16_codes(__m512i h, uint8_t *scale)
 	    _mm512_set1_epi16((short)0x8000)), _mm512_setzero_si512(), m));
 }
 
-/* The F16 values of block b of a row (zero past cols). */
+/* The 16-bit values of block b of a row (zero past cols). */
 AI __m512i
 load_block(const uint8_t *row, int64_t b, int64_t cols)
 {
@@ -110,9 +127,10 @@ load_block(const uint8_t *row, int64_t b, int64_t cols)
 	return (_mm512_maskz_loadu_epi16(m, row + b * IB * 2));
 }
 
-/* Copy F16 rows into the packed layout (or only size it when dst is NULL). */
-static size_t
-f16_i16_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *dst)
+/* Copy rows into the packed layout (or only size it when dst is NULL). */
+AI size_t
+i16_pack(const uint32_t type, const uint8_t *w, size_t rb, int64_t rows,
+    int64_t cols, uint8_t *dst)
 {
 	const int64_t	ng = (rows + IG - 1) / IG, nb = nblocks(cols);
 	const size_t	gb = group_bytes(cols);
@@ -135,8 +153,9 @@ f16_i16_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols, uint8_t *d
 
 				r = g * IG + i;
 				if (r < rows)
-					v = i16_codes(load_block(w + (size_t)r * rb, b,
-					    cols), &sb[16 * (b % ISB) + i]);
+					v = i16_codes(type, load_block(w +
+					    (size_t)r * rb, b, cols),
+					    &sb[16 * (b % ISB) + i]);
 				_mm512_storeu_si512(codes[i], v);
 			}
 			for (p = 0; p < 16; p++)
@@ -331,9 +350,10 @@ f16_i16_packed(const uint8_t *pw, int64_t cols, int64_t r0, int mr,
  * The same product on the mapped rows: each row's blocks converted as
  * they are packed, the block sums reduced across lanes (exact in integers).
  */
-static void
-f16_i16_plain(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
-    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+AI void
+i16_plain(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols,
+    int64_t r0, int mr, const struct qact *a, int t0, int nr, float *y,
+    int64_t ldy)
 {
 	const int64_t	nb = nblocks(cols), dstride = a->stride / IB;
 	int64_t		b;
@@ -345,7 +365,7 @@ f16_i16_plain(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
 
 		for (b = 0; b < nb; b++) {
 			uint8_t	 e;
-			__m512i	 c = i16_codes(load_block(row, b, cols), &e);
+			__m512i	 c = i16_codes(type, load_block(row, b, cols), &e);
 			uint32_t bits = (uint32_t)e << 23;
 			float	 s;
 
@@ -365,14 +385,50 @@ f16_i16_plain(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
 	}
 }
 
-/* The 16-bit integer kernel of F16 weights. */
+/* i16_pack of F16 rows. */
+static size_t
+f16_i16_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+    uint8_t *dst)
+{
+	return (i16_pack(TT_F16, w, rb, rows, cols, dst));
+}
+
+/* i16_pack of BF16 rows. */
+static size_t
+bf16_i16_pack(const uint8_t *w, size_t rb, int64_t rows, int64_t cols,
+    uint8_t *dst)
+{
+	return (i16_pack(TT_BF16, w, rb, rows, cols, dst));
+}
+
+/* i16_plain of F16 weights. */
+static void
+f16_i16_plain(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	i16_plain(TT_F16, w, rb, cols, r0, mr, a, t0, nr, y, ldy);
+}
+
+/* i16_plain of BF16 weights. */
+static void
+bf16_i16_plain(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,
+    const struct qact *a, int t0, int nr, float *y, int64_t ldy)
+{
+	i16_plain(TT_BF16, w, rb, cols, r0, mr, a, t0, nr, y, ldy);
+}
+
+/* The 16-bit integer kernel of F16 or BF16 weights. */
 struct quant_kernel
-quant_kernel_avx512_f16_i16(void)
+quant_kernel_avx512_i16(uint32_t type)
 {
 	struct quant_kernel	k = { .fn = f16_i16_plain, .mr = 1, .nr = INR1,
 	    .layout = ACT_I16, .fill = f16_i16_fill, .pack = f16_i16_pack,
 	    .pfn = f16_i16_packed, .pmr = IMR * IG,
 	    .pnr = INR1, .playout = ACT_I16, .pfill = f16_i16_fill };
 
+	if (type == TT_BF16) {
+		k.fn = bf16_i16_plain;
+		k.pack = bf16_i16_pack;
+	}
 	return (k);
 }

@@ -168,6 +168,28 @@ release_pages(const void *data, size_t len)
 #endif
 }
 
+/*
+ * Whether F16 or BF16 weights may take 16-bit integer products on variant
+ * isa: where allowed, and bf16 dot products do not take them (for F16
+ * under bf16-dot yes, for BF16 under yes or auto, where the CPU has them).
+ */
+static int
+takes_i16(uint32_t type, int isa)
+{
+	const int	bf16dot = isa >= QUANT_ISA_AVX512 &&
+			    quant_bf16_dot_supported();
+
+	if (isa < QUANT_ISA_AVX2 || !quant_f16_i16_allowed())
+		return (0);
+	if (type == TT_F16)
+		return (!bf16dot ||
+		    quant_bf16_dot_allowed() != QUANT_BF16_DOT_ALL);
+	if (type == TT_BF16)
+		return (!bf16dot ||
+		    quant_bf16_dot_allowed() == QUANT_BF16_DOT_NONE);
+	return (0);
+}
+
 /* Prepare a weight matrix. */
 struct qmat *
 qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **cause)
@@ -216,21 +238,16 @@ qmat_create(uint32_t type, int64_t rows, int64_t cols, const void *data, char **
 		m->bf16_values = 1;
 	}
 	/*
-	 * Other F16 weights, where allowed, take 16-bit integer products at
-	 * twice the multiply-add rate, as precise as the 13 bits of each
-	 * block's largest values (f16_i16_avx512.c); not with bf16 ones for
-	 * all (bf16-dot yes), nor with an infinity or NaN in the weights.
-	 * BF16 ones too where only AVX2 serves (f16_i16_avx2.c): the
-	 * AVX-512 variant has bf16 dot products or its exact kernels.
+	 * Other F16 weights, and BF16 ones, where allowed, take 16-bit
+	 * integer products at twice the multiply-add rate, as precise as the
+	 * 13 bits of each block's largest values (f16_i16_avx512.c), where
+	 * bf16 dot products do not take them, and not with an infinity or NaN
+	 * in the weights.
 	 */
-	else if (((type == TT_F16 && (quant_bf16_dot_allowed() !=
-	    QUANT_BF16_DOT_ALL || !quant_bf16_dot_supported() ||
-	    m->isa < QUANT_ISA_AVX512)) ||
-	    (type == TT_BF16 && m->isa == QUANT_ISA_AVX2)) &&
-	    m->isa >= QUANT_ISA_AVX2 && quant_f16_i16_allowed() &&
-	    i16_finite(data, (size_t)rows * (size_t)cols, type == TT_BF16)) {
+	else if (takes_i16(type, m->isa) && i16_finite(data,
+	    (size_t)rows * (size_t)cols, type == TT_BF16)) {
 		m->kern = m->isa >= QUANT_ISA_AVX512 ?
-		    quant_kernel_avx512_f16_i16() : quant_kernel_avx2_i16(type);
+		    quant_kernel_avx512_i16(type) : quant_kernel_avx2_i16(type);
 		m->i16 = 1;
 	}
 	if (m->kern.fn == NULL) {

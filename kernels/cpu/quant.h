@@ -260,9 +260,9 @@ double	float_avx512_i16_rate(void);
 double	float_avx2_i16_rate(void);
 /* Whether n F16 (bf16: BF16) values are all finite (f16_i16_avx2.c, AVX2). */
 int	i16_finite(const void *w, size_t n, int bf16);
-/* The 16-bit integer kernel of F16 weights (f16_i16_avx512.c). */
-struct quant_kernel	quant_kernel_avx512_f16_i16(void);
-/* The same on AVX2 (f16_i16_avx2.c, the same bits), and of BF16 weights. */
+/* The 16-bit integer kernel of F16 or BF16 weights (f16_i16_avx512.c). */
+struct quant_kernel	quant_kernel_avx512_i16(uint32_t type);
+/* The same on AVX2 (f16_i16_avx2.c, the same bits). */
 struct quant_kernel	quant_kernel_avx2_i16(uint32_t type);
 
 /* The kernel of a variant for a type; fn is NULL when it has none. */

@@ -317,7 +317,7 @@ if os.path.exists(PHASED_BENCH):
         chose = "through 16-bit integer dot products" in \
             next((l for l in out.splitlines() if l.startswith("float weights:")), "")
         said = "%s matrices on 16-bit integer products: %d of %d" % (tn, n, n) in out
-        # BF16 takes them under AVX2 only (AVX-512 keeps it exact).
+        # BF16 takes them where bf16 dot products do not (AVX2, or no fast vdpbf16ps).
         ok(q.returncode == 0 and (said == chose if tn == "F16" else not said or chose),
            "phased-bench %s: the report says so" % tn, out)
         return jd, n

@@ -71,8 +71,7 @@ test_shape(struct threadpool *pool, int isa, uint32_t type, int64_t rows, int64_
 			}
 			if (type == TT_F32 || type == TT_F16 || type == TT_BF16)
 				e = bf16_mode ? sabs / 128 : 0;
-			if ((type == TT_F16 || (type == TT_BF16 &&
-			    isa == QUANT_ISA_AVX2)) && i16_mode)
+			if ((type == TT_F16 || type == TT_BF16) && i16_mode)
 				e = ei;
 			ref[t * rows + r] = dot_row_ref(type, w + r * rb, xt, cols);
 			tol[t * rows + r] = e + 2e-5 * sabs + 1e-6;
@@ -533,10 +532,11 @@ test_i16_bits(struct threadpool *pool, int bf16)
 }
 
 /*
- * F16 weights on 16-bit integer dot products (and BF16 ones under AVX2):
- * the bits of the definition (test_i16_bits); a NaN activation spoils
- * only its own token; a matrix holding an infinity stays exact, as does
- * any under bf16-dot yes.
+ * F16 and BF16 weights on 16-bit integer dot products: the bits of the
+ * definition (test_i16_bits); a NaN activation spoils only its own token;
+ * a matrix holding an infinity or NaN stays exact, as does an F16 one
+ * under bf16-dot yes and a BF16 one under auto where the CPU has bf16 dot
+ * products.
  */
 static void
 test_f16_i16(struct threadpool *pool)
@@ -551,14 +551,15 @@ test_f16_i16(struct threadpool *pool)
 
 	quant_allow_f16_i16(1);
 	test_i16_bits(pool, 0);
-	if (quant_isa() == QUANT_ISA_AVX2)
-		test_i16_bits(pool, 1);
-	else {
-		/* BF16 keeps the AVX-512 variant's own kernels. */
+	test_i16_bits(pool, 1);
+	if (quant_bf16_dot_supported()) {
+		/* Where bf16 dot products take BF16 (auto), these do not. */
 		w = calloc(16 * 64, 2);
+		quant_allow_bf16_dot(QUANT_BF16_DOT_BF16);
 		m = qmat_create(TT_BF16, 16, 64, w, &cause);
-		ok(m != NULL && qmat_i16(m) == 0, "bf16 i16: not under %s",
-		    quant_isa_name(quant_isa()));
+		quant_allow_bf16_dot(QUANT_BF16_DOT_NONE);
+		ok(m != NULL && qmat_i16(m) == 0, "bf16 i16: not under bf16 "
+		    "dot products for BF16 on %s", quant_isa_name(quant_isa()));
 		qmat_free(m);
 		free(w);
 	}
@@ -601,7 +602,7 @@ test_f16_i16(struct threadpool *pool)
 	    memcmp(y, ye, 3 * rows * sizeof *y) == 0,
 	    "f16 i16: a matrix holding an infinity stays exact (%d)", flag);
 	qmat_free(m);
-	if (quant_isa() == QUANT_ISA_AVX2) {
+	{
 		/* So does a BF16 one holding a NaN. */
 		quant_allow_f16_i16(1);
 		for (k = 0; k < (size_t)(rows * cols); k++)
@@ -984,7 +985,7 @@ main(void)
 		test_bf16_values(pool);
 	} else
 		diag("bf16 dot products: not supported by this CPU, skipped");
-	/* F16 on 16-bit integer dot products, AVX-512 VNNI and AVX2. */
+	/* F16 and BF16 on 16-bit integer dot products, AVX-512 VNNI and AVX2. */
 	for (isa = QUANT_ISA_AVX512; isa >= QUANT_ISA_AVX2; isa--) {
 		if (quant_force_isa(isa) != 0) {
 			diag("f16 16-bit integer products on %s: not supported by "
@@ -1003,11 +1004,9 @@ main(void)
 		quant_allow_pack(0);
 		test_shape(pool, isa, TT_F16, 37, 768);
 		quant_allow_pack(1);
-		if (isa == QUANT_ISA_AVX2) {
-			test_shape(pool, isa, TT_BF16, 33, 75);
-			test_shape(pool, isa, TT_BF16, 40, 2050);
-			test_shape(pool, isa, TT_BF16, 150, 96);
-		}
+		test_shape(pool, isa, TT_BF16, 33, 75);
+		test_shape(pool, isa, TT_BF16, 40, 2050);
+		test_shape(pool, isa, TT_BF16, 150, 96);
 		i16_mode = 0;
 		quant_allow_f16_i16(0);
 		test_f16_i16(pool);
