@@ -764,8 +764,11 @@ float_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64
 			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum512(acc[i][j]);
 }
 
-/* Instantiate the float tile shapes, as DISPATCH does for the integer ones. */
-#define FDISPATCH(fn, type)						\
+/*
+ * Instantiate the shapes of a float tile (float_tile, or bf16_tile on bf16
+ * dot products), as DISPATCH does for the integer ones.
+ */
+#define FDISPATCH(fn, tile, type)					\
 static void								\
 fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
     const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
@@ -774,29 +777,28 @@ fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
 									\
 	if (mr == MR && nr > 1) {					\
 		switch (nr) {						\
-		case 1: float_tile(type, w, rb, cols, r0, MR, a, t0, 1, y, ldy); return; \
-		case 2: float_tile(type, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
-		case 3: float_tile(type, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
-		case 4: float_tile(type, w, rb, cols, r0, MR, a, t0, 4, y, ldy); return; \
-		case 5: float_tile(type, w, rb, cols, r0, MR, a, t0, 5, y, ldy); return; \
-		default: float_tile(type, w, rb, cols, r0, MR, a, t0, 6, y, ldy); return; \
+		case 2: tile(type, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
+		case 3: tile(type, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
+		case 4: tile(type, w, rb, cols, r0, MR, a, t0, 4, y, ldy); return; \
+		case 5: tile(type, w, rb, cols, r0, MR, a, t0, 5, y, ldy); return; \
+		default: tile(type, w, rb, cols, r0, MR, a, t0, 6, y, ldy); return; \
 		}							\
 	}								\
 	for (i = 0; i < mr; i++) {					\
 		switch (nr) {						\
-		case 1: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
-		case 2: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
-		case 3: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
-		case 4: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 4, y, ldy); break; \
-		case 5: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 5, y, ldy); break; \
-		default: float_tile(type, w, rb, cols, r0 + i, 1, a, t0, 6, y, ldy); break; \
+		case 1: tile(type, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
+		case 2: tile(type, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
+		case 3: tile(type, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
+		case 4: tile(type, w, rb, cols, r0 + i, 1, a, t0, 4, y, ldy); break; \
+		case 5: tile(type, w, rb, cols, r0 + i, 1, a, t0, 5, y, ldy); break; \
+		default: tile(type, w, rb, cols, r0 + i, 1, a, t0, 6, y, ldy); break; \
 		}							\
 	}								\
 }
 
-FDISPATCH(avx512_f32, TT_F32)
-FDISPATCH(avx512_f16, TT_F16)
-FDISPATCH(avx512_bf16, TT_BF16)
+FDISPATCH(avx512_f32, float_tile, TT_F32)
+FDISPATCH(avx512_f16, float_tile, TT_F16)
+FDISPATCH(avx512_bf16, float_tile, TT_BF16)
 
 /* 32 weights of a F16 or BF16 row at column c as bf16 (masked past the end). */
 AI __m512bh
@@ -860,37 +862,8 @@ bf16_tile(const uint32_t type, const uint8_t *w, size_t rb, int64_t cols, int64_
 			y[(size_t)(t0 + j) * ldy + r0 + i] = hsum512(acc[i][j]);
 }
 
-/* Instantiate the bf16 tile shapes, as DISPATCH does for the integer ones. */
-#define BDISPATCH(fn, type)						\
-static void								\
-fn(const uint8_t *w, size_t rb, int64_t cols, int64_t r0, int mr,	\
-    const struct qact *a, int t0, int nr, float *y, int64_t ldy)	\
-{									\
-	int	i;							\
-									\
-	if (mr == MR && nr > 1) {					\
-		switch (nr) {						\
-		case 2: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 2, y, ldy); return; \
-		case 3: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 3, y, ldy); return; \
-		case 4: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 4, y, ldy); return; \
-		case 5: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 5, y, ldy); return; \
-		default: bf16_tile(type, w, rb, cols, r0, MR, a, t0, 6, y, ldy); return; \
-		}							\
-	}								\
-	for (i = 0; i < mr; i++) {					\
-		switch (nr) {						\
-		case 1: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 1, y, ldy); break; \
-		case 2: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 2, y, ldy); break; \
-		case 3: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 3, y, ldy); break; \
-		case 4: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 4, y, ldy); break; \
-		case 5: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 5, y, ldy); break; \
-		default: bf16_tile(type, w, rb, cols, r0 + i, 1, a, t0, 6, y, ldy); break; \
-		}							\
-	}								\
-}
-
-BDISPATCH(avx512_f16_bf16dot, TT_F16)
-BDISPATCH(avx512_bf16_bf16dot, TT_BF16)
+FDISPATCH(avx512_f16_bf16dot, bf16_tile, TT_F16)
+FDISPATCH(avx512_bf16_bf16dot, bf16_tile, TT_BF16)
 
 /* Activations rounded to bf16 (nearest even), zero padded to the stride. */
 static void
