@@ -170,24 +170,13 @@ release_pages(const void *data, size_t len)
 
 /*
  * Whether F16 or BF16 weights may take 16-bit integer products on variant
- * isa: where allowed, and bf16 dot products do not take them (for F16
- * under bf16-dot yes, for BF16 under yes or auto, where the CPU has them).
+ * isa: where allowed, and bf16 dot products do not take them.
  */
 static int
 takes_i16(uint32_t type, int isa)
 {
-	const int	bf16dot = isa >= QUANT_ISA_AVX512 &&
-			    quant_bf16_dot_supported();
-
-	if (isa < QUANT_ISA_AVX2 || !quant_f16_i16_allowed())
-		return (0);
-	if (type == TT_F16)
-		return (!bf16dot ||
-		    quant_bf16_dot_allowed() != QUANT_BF16_DOT_ALL);
-	if (type == TT_BF16)
-		return (!bf16dot ||
-		    quant_bf16_dot_allowed() == QUANT_BF16_DOT_NONE);
-	return (0);
+	return ((type == TT_F16 || type == TT_BF16) && isa >= QUANT_ISA_AVX2 &&
+	    quant_f16_i16_allowed() && !quant_bf16_dot_takes(type));
 }
 
 /* Prepare a weight matrix. */

@@ -1149,6 +1149,17 @@ quant_bf16_dot_supported(void)
 #endif
 }
 
+/* Whether matrices of type take bf16 dot products (see quant.h). */
+int
+quant_bf16_dot_takes(uint32_t type)
+{
+	const int	dot = quant_bf16_dot_allowed();
+
+	return (((type == TT_F16 && dot == QUANT_BF16_DOT_ALL) ||
+	    (type == TT_BF16 && dot != QUANT_BF16_DOT_NONE)) &&
+	    quant_bf16_dot_supported());
+}
+
 /* The bf16 dot setting this CPU is worth by default (see quant.h). */
 int
 quant_bf16_dot_auto(double *rate)

@@ -218,6 +218,12 @@ int	quant_bf16_dot_allowed(void);
  */
 int	quant_bf16_dot_supported(void);
 /*
+ * Whether matrices of type (F16 or BF16) take bf16 dot products by the
+ * setting and the CPU: F16 ones under ALL, BF16 ones under ALL or BF16
+ * (F16 ones of bf16 values under BF16 are qmat_create()'s to find).
+ */
+int	quant_bf16_dot_takes(uint32_t type);
+/*
  * The setting worth taking by default: BF16 weights (which lose nothing
  * more than their activations' rounding) where the CPU issues vdpbf16ps at
  * 3/4 or more of its f32 multiply-add rate, else none.  *rate (may be

@@ -1738,11 +1738,7 @@ quant_kernel_avx512(uint32_t type)
 	struct quant_kernel	k = { .mr = MR, .nr = NR, .layout = ACT_NATURAL,
 	    .fill = quant_act_fill };
 
-	int			dot = quant_bf16_dot_allowed();
-
-	if (((type == TT_F16 && dot == QUANT_BF16_DOT_ALL) ||
-	    (type == TT_BF16 && dot != QUANT_BF16_DOT_NONE)) &&
-	    quant_bf16_dot_supported())
+	if (quant_bf16_dot_takes(type))
 		return (quant_kernel_avx512_bf16dot(type));
 	switch (type) {
 	case TT_F32:
