@@ -22,49 +22,15 @@
 #include <time.h>
 
 #include "avx2_tile.h"
+#include "i16_format.h"
 #include "quant.h"
 #include "tensor_type.h"
 #include "tile_dispatch.h"
 
-#define IG	16	/* rows per packed group */
-#define IB	32	/* columns per block */
-#define ISB	4	/* blocks per super-block */
-#define ISB_BYTES (64 + ISB * 1024)
 #define INR2	2	/* tokens per two-group tile */
 #define INR1	4	/* tokens per one-group tile */
-#define QMAX	8191	/* largest activation code */
-#define EBIAS	100	/* F16: f32 exponent field of 2^(emax - 27), emax + 100 */
 
 #define AI	static inline __attribute__((always_inline))
-
-/* Blocks of a row of cols columns. */
-AI int64_t
-nblocks(int64_t cols)
-{
-	return ((cols + IB - 1) / IB);
-}
-
-/* Bytes of one packed group. */
-static size_t
-group_bytes(int64_t cols)
-{
-	return ((size_t)((nblocks(cols) + ISB - 1) / ISB) * ISB_BYTES);
-}
-
-/*
- * The formats' fields: F16 has a 10-bit fraction under a 5-bit exponent
- * (bias 15), BF16 a 7-bit one under 8 bits (bias 127).  The codes of a
- * block's largest binade hold its significand shifted left by SHIFT: 11
- * bits by 2, 8 by 5, at most 8188 either way.
- */
-#define FRAC(ty)	((ty) == TT_F16 ? 10 : 7)
-#define EMASK(ty)	((ty) == TT_F16 ? 31 : 255)
-#define SHIFT(ty)	((ty) == TT_F16 ? 2 : 5)
-/*
- * The least reference exponent: a BF16 block's scale, 2^(eref - 139),
- * stays a normal float (exponent field eref - 12 >= 1); any F16 one does.
- */
-#define EREF_MIN(ty)	((ty) == TT_F16 ? 1 : 13)
 
 /*
  * The codes of 8 F16 or BF16 values h (one per 32-bit lane) of a block of
@@ -131,7 +97,7 @@ block_codes(const uint32_t type, const uint8_t *row, int64_t b, int64_t cols,
 	    _mm256_packs_epi32(v[0], v[1]), 0xd8));
 	_mm256_storeu_si256((__m256i *)(c + 16), _mm256_permute4x64_epi64(
 	    _mm256_packs_epi32(v[2], v[3]), 0xd8));
-	return ((uint8_t)(type == TT_F16 ? eref + EBIAS : eref - 12));
+	return ((uint8_t)(eref + SBIAS(type)));
 }
 
 /* Copy rows into the packed layout (or only size it when dst is NULL). */

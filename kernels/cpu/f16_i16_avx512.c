@@ -35,46 +35,18 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "i16_format.h"
 #include "quant.h"
 #include "tensor_type.h"
 #include "tile_dispatch.h"
 
-#define IG	16	/* rows per packed group */
-#define IB	32	/* columns per block */
-#define ISB	4	/* blocks per super-block */
-#define ISB_BYTES (64 + ISB * 1024)
 #define IMR	3	/* groups per tile */
 #define INR3	4	/* tokens per three-group tile */
 #define INR2	6	/* tokens per two-group tile */
 #define INR1	12	/* tokens per one-group tile */
 #define IPF_DECODE 6144	/* bytes ahead a one-token tile reads its groups */
-#define QMAX	8191	/* largest activation code */
-/*
- * The formats' fields: F16 has a 10-bit fraction under a 5-bit exponent,
- * BF16 a 7-bit one under 8 bits.  The codes of a block's largest binade
- * hold its significand shifted left by SHIFT; its scale's f32 exponent
- * field is eref + SBIAS, eref at least EREF_MIN.
- */
-#define FRAC(ty)	((ty) == TT_F16 ? 10 : 7)
-#define SHIFT(ty)	((ty) == TT_F16 ? 2 : 5)
-#define SBIAS(ty)	((ty) == TT_F16 ? 100 : -12)
-#define EREF_MIN(ty)	((ty) == TT_F16 ? 1 : 13)
 
 #define AI	static inline __attribute__((always_inline))
-
-/* Blocks of a row of cols columns. */
-AI int64_t
-nblocks(int64_t cols)
-{
-	return ((cols + IB - 1) / IB);
-}
-
-/* Bytes of one packed group. */
-static size_t
-group_bytes(int64_t cols)
-{
-	return ((size_t)((nblocks(cols) + ISB - 1) / ISB) * ISB_BYTES);
-}
 
 /*
  * The codes of 32 F16 or BF16 values h (zero past the end) and the
